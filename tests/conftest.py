@@ -1,0 +1,17 @@
+import pytest
+
+from fp4q._gpu_probe import gpu_status
+
+
+def pytest_collection_modifyitems(config, items):
+    available, reason = gpu_status()
+    if available:
+        return
+    skip = pytest.mark.skip(reason=f"needs a GPU: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    return f"fp4q GPU probe: {gpu_status()[1]}"
