@@ -1,0 +1,131 @@
+"""Render the CUDA source of one kernel variant from a validated config.
+
+Templates in ``ptx_templates/`` hold all logic; rendering only writes the
+config as preprocessor flags and ``constexpr`` constants ahead of the kernel
+template and then inlines the ``#include "..."`` lines. The result is one
+self-contained translation unit: NVRTC needs no include path, and the text
+that is hashed for the binary cache is exactly the text that is compiled, so
+a header edit always changes the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import pathlib
+import re
+from dataclasses import dataclass, fields
+
+from .config import ARCHS, QuantizeConfig, SimtConfig
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    kernel_name: str
+    source: str
+    arch: str
+
+
+def templates_dir() -> pathlib.Path:
+    """The template directory, installed (``fp4q.ptx_templates``) or in a checkout."""
+    try:
+        installed = importlib.resources.files("fp4q.ptx_templates")
+        if installed.joinpath("ptx.cuh").is_file():
+            return pathlib.Path(str(installed))
+    except ModuleNotFoundError:
+        pass
+    checkout = pathlib.Path(__file__).resolve().parent.parent / "ptx_templates"
+    if (checkout / "ptx.cuh").is_file():
+        return checkout
+    raise FileNotFoundError(
+        "fp4q's ptx_templates directory was not found: neither the installed "
+        f"package data 'fp4q.ptx_templates' nor {checkout} holds ptx.cuh"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _read_template(name: str) -> str:
+    return (templates_dir() / name).read_text()
+
+
+def expand_includes(name: str) -> str:
+    """Inline every quoted include of template ``name`` once, depth first."""
+    seen: set[str] = set()
+    out: list[str] = []
+
+    def visit(current: str) -> None:
+        if current in seen:
+            return
+        seen.add(current)
+        for line in _read_template(current).splitlines():
+            match = _INCLUDE.match(line)
+            if match:
+                visit(match.group(1))
+            elif not _PRAGMA_ONCE.match(line):
+                out.append(line)
+
+    visit(name)
+    return "\n".join(out) + "\n"
+
+
+def _prelude(config, constants: dict[str, int], flags: dict[str, bool]) -> str:
+    summary = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in fields(config))
+    lines = [f"// fp4q generated: {type(config).__name__}({summary})"]
+    for name, value in flags.items():
+        lines.append(f"#define {name} {int(value)}")
+    if ARCHS[config.arch].has_cvt_e2m1:
+        lines.append("#define FP4Q_HAS_CVT_E2M1 1")
+    for name, value in constants.items():
+        lines.append(f"constexpr int {name} = {int(value)};")
+    return "\n".join(lines) + "\n"
+
+
+def _common_flags(config) -> dict[str, bool]:
+    return {
+        "FP4Q_INPUT_FP16": config.input_dtype == "float16",
+        "FP4Q_TENSOR_SF_BY_POINTER": config.tensor_sf_mode == "pointer",
+        "FP4Q_SF_SWIZZLED": config.sf_layout == "swizzled",
+    }
+
+
+def render_tma(config: QuantizeConfig) -> KernelSource:
+    smem = config.smem
+    producer_regs, consumer_regs = config.register_split
+    constants = {
+        "TILE_M": config.tile_m,
+        "TILE_K": config.tile_k,
+        "IN_BOX_K": config.input_box_k,
+        "IN_SWIZZLE": int(config.input_swizzle),
+        "OUT_BOX_K": config.output_box_k,
+        "OUT_SWIZZLE": int(config.output_swizzle),
+        "NUM_STAGES": config.num_stages,
+        "NUM_OUT_BUFFERS": config.out_buffers,
+        "CONSUMER_THREADS": config.consumer_threads,
+        "MIN_CTAS_PER_SM": config.min_ctas_per_sm,
+        "PRODUCER_REGS": producer_regs,
+        "CONSUMER_REGS": consumer_regs,
+        "OFF_IN": smem.input,
+        "OFF_Q": smem.q,
+        "OFF_SF": smem.sf,
+        "OFF_BARRIERS": smem.barriers,
+    }
+    flags = {**_common_flags(config), "FP4Q_SETMAXNREG": config.setmaxnreg}
+    source = _prelude(config, constants, flags) + expand_includes("quantize_nvfp4_tma.cu")
+    return KernelSource("fp4q_quantize_nvfp4_tma", source, config.arch)
+
+
+def render_simt(config: SimtConfig) -> KernelSource:
+    source = _prelude(config, {"SIMT_THREADS": config.threads}, _common_flags(config))
+    source += expand_includes("quantize_nvfp4_simt.cu")
+    return KernelSource("fp4q_quantize_nvfp4_simt", source, config.arch)
+
+
+def render(config) -> KernelSource:
+    if isinstance(config, QuantizeConfig):
+        return render_tma(config)
+    if isinstance(config, SimtConfig):
+        return render_simt(config)
+    raise TypeError(f"config must be a QuantizeConfig or SimtConfig, got {type(config).__name__}")

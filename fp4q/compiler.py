@@ -1,0 +1,177 @@
+"""NVRTC compilation of rendered source to a cubin, through the binary cache.
+
+Always a cubin for an exact ``sm_XXa`` target, never PTX: the driver on a
+serving machine may be older than NVRTC and could not JIT newer PTX. No
+fast-math and no flush-to-zero (the spec needs denormals), no FMA
+contraction (the spec's roundings are explicit).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from . import _version
+from .cache import BinaryCache, cache_key
+from .codegen import KernelSource
+
+BASE_OPTIONS = (
+    "-std=c++17",
+    "--fmad=false",
+    "--ftz=false",
+    "--prec-div=true",
+    "--prec-sqrt=true",
+    "--ptxas-options=-v",
+)
+
+_META = struct.Struct("<I")
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a program; carries the log and the offending source."""
+
+    def __init__(self, message: str, log: str, source: str) -> None:
+        super().__init__(f"{message}\n--- NVRTC log ---\n{log}")
+        self.log = log
+        self.source = source
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas reported for the kernel (None where it said nothing)."""
+
+    registers: int | None
+    shared_bytes: int | None
+    spill_bytes: int | None
+    stack_bytes: int | None
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    kernel_name: str
+    arch: str
+    key: str
+    cubin: bytes
+    log: str
+    cache_hit: bool
+    seconds: float
+
+    @property
+    def resources(self) -> Resources:
+        return parse_resources(self.log)
+
+
+def _nvrtc():
+    from cuda.bindings import nvrtc
+
+    return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> tuple[int, int]:
+    nvrtc = _nvrtc()
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(nvrtc, err, "nvrtcVersion")
+    return (major, minor)
+
+
+def _check(nvrtc, err, what: str) -> None:
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, text = nvrtc.nvrtcGetErrorString(err)
+        raise RuntimeError(f"{what} failed: {text.decode(errors='replace')}")
+
+
+def _options(arch: str) -> tuple[str, ...]:
+    return (f"--gpu-architecture={arch}",) + BASE_OPTIONS
+
+
+def _nvrtc_compile(src: KernelSource) -> tuple[bytes, str]:
+    nvrtc = _nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(src.source.encode(), f"{src.kernel_name}.cu".encode(), 0, [], [])
+    _check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in _options(src.arch)]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(nvrtc, err, "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+        _check(nvrtc, err, "nvrtcGetProgramLog")
+        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC could not compile {src.kernel_name} for {src.arch}", log, src.source)
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        _check(nvrtc, err, "nvrtcGetCUBIN")
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _pack(cubin: bytes, log: str) -> bytes:
+    meta = json.dumps({"log": log}).encode()
+    return _META.pack(len(meta)) + meta + cubin
+
+
+def _unpack(payload: bytes) -> tuple[bytes, str]:
+    (n,) = _META.unpack_from(payload)
+    meta = json.loads(payload[_META.size : _META.size + n])
+    return payload[_META.size + n :], meta["log"]
+
+
+_default_cache: BinaryCache | None = None
+_default_cache_lock = threading.Lock()
+
+
+def default_cache() -> BinaryCache:
+    global _default_cache
+    with _default_cache_lock:
+        if _default_cache is None:
+            _default_cache = BinaryCache()
+        return _default_cache
+
+
+def compile_source(src: KernelSource, cache: BinaryCache | None = None) -> CompiledKernel:
+    """Compile (or fetch from the cache) the cubin of ``src``."""
+    cache = default_cache() if cache is None else cache
+    key = cache_key(
+        source=src.source,
+        options=_options(src.arch),
+        arch=src.arch,
+        compiler_version=nvrtc_version(),
+        package_version=_version.__version__,
+        name=src.kernel_name,
+    )
+    start = time.perf_counter()
+    payload, hit = cache.get_or_build(key, lambda: _pack(*_nvrtc_compile(src)))
+    try:
+        cubin, log = _unpack(payload)
+    except (struct.error, ValueError, KeyError, UnicodeDecodeError):
+        # A payload that passed the cache's checksum but is not ours: rebuild.
+        payload = _pack(*_nvrtc_compile(src))
+        cache.put(key, payload)
+        cubin, log, hit = *_unpack(payload), False
+    return CompiledKernel(src.kernel_name, src.arch, key, cubin, log, hit, time.perf_counter() - start)
+
+
+_NUM = r"(\d+)"
+
+
+def parse_resources(log: str) -> Resources:
+    def find(pattern: str) -> int | None:
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else None
+
+    return Resources(
+        registers=find(rf"Used {_NUM} registers"),
+        shared_bytes=find(rf"{_NUM} bytes smem"),
+        spill_bytes=find(rf"{_NUM} bytes spill stores"),
+        stack_bytes=find(rf"{_NUM} bytes stack frame"),
+    )

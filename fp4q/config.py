@@ -1,0 +1,279 @@
+"""Kernel configurations: frozen, validated descriptions of one kernel binary.
+
+A config holds every parameter that changes the generated source (tile and
+TMA box shapes, swizzle modes, pipeline depth, thread roles, feature flags,
+target architecture). Construction validates it, so code further down the
+pipeline (rendering, compiling, launching) trusts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+TMA_MAX_BOX_DIM = 256
+WARPGROUP = 128
+SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
+CHUNK_K = 64  # elements per 4-group chunk, the unit of one consumer step
+ALIGN_SLACK = 1024  # dynamic shared memory is only 16-byte aligned at entry
+
+
+class Swizzle(enum.IntEnum):
+    """TMA shared-memory swizzle modes, valued by the span in bytes."""
+
+    NONE = 0
+    B32 = 32
+    B64 = 64
+    B128 = 128
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    max_smem_per_block: int
+    smem_per_sm: int
+    regs_per_sm: int
+    max_threads_per_sm: int
+    has_cvt_e2m1: bool
+
+
+ARCHS: dict[str, ArchLimits] = {
+    "sm_90a": ArchLimits(232448, 233472, 65536, 2048, has_cvt_e2m1=False),
+    "sm_100a": ArchLimits(232448, 233472, 65536, 2048, has_cvt_e2m1=True),
+}
+
+SF_LAYOUTS = ("swizzled", "linear")
+TENSOR_SF_MODES = ("value", "pointer")
+INPUT_DTYPES = ("bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A config field breaks a rule; the message names field, value and rule."""
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def _check_choice(field: str, value, choices) -> None:
+    _check(value in choices, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def _check_int(field: str, value, lo: int, hi: int) -> None:
+    _check(
+        isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi,
+        f"{field} must be an integer in [{lo}, {hi}], got {value!r}",
+    )
+
+
+def _check_box(prefix: str, box_bytes: int, swizzle: Swizzle, tile_bytes: int) -> None:
+    """The TMA rules for a box's inner dimension (shared by input and output)."""
+    box = f"{prefix}_box_k"
+    _check(box_bytes % 16 == 0, f"{box} must span a multiple of 16 bytes (TMA), got {box_bytes} bytes")
+    if swizzle != Swizzle.NONE:
+        _check(
+            box_bytes <= swizzle.value,
+            f"{box} spans {box_bytes} bytes, larger than the {prefix}_swizzle span of {swizzle.value} bytes",
+        )
+        _check(
+            box_bytes == swizzle.value,
+            f"{box} must fill the {prefix}_swizzle span of {swizzle.value} bytes, got {box_bytes} bytes",
+        )
+    _check(
+        tile_bytes % box_bytes == 0,
+        f"{box} ({box_bytes} bytes) must divide the {prefix} tile row ({tile_bytes} bytes)",
+    )
+
+
+@dataclass(frozen=True)
+class SmemLayout:
+    """Byte offsets of the kernel's dynamic shared memory, after alignment."""
+
+    input: int
+    q: int
+    sf: int
+    barriers: int
+    total: int  # including the alignment slack requested at launch
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """One TMA quantization kernel.
+
+    The input tile is ``tile_m x tile_k`` bf16 elements, loaded as boxes of
+    ``tile_m x input_box_k``; the packed output tile ``tile_m x tile_k/2``
+    bytes is stored as boxes of ``tile_m x output_box_k`` bytes; the scale
+    tile is the ``(tile_m/128, tile_k/64)`` slice of 512-byte blocks of the
+    128x4 layout. ``sf_layout``, ``tensor_sf_mode`` and ``input_dtype`` are
+    set from each call by the API.
+    """
+
+    tile_m: int = 128
+    tile_k: int = 128
+    input_box_k: int = 64
+    input_swizzle: Swizzle = Swizzle.B128
+    output_box_k: int = 64
+    output_swizzle: Swizzle = Swizzle.B64
+    sf_vec_size: int = 16
+    num_stages: int = 4
+    consumer_warpgroups: int = 2
+    out_buffers: int = 2
+    persistent: bool = True
+    min_ctas_per_sm: int = 1
+    setmaxnreg: bool = True
+    tensor_sf_mode: str = "value"
+    sf_layout: str = "swizzled"
+    input_dtype: str = "bfloat16"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        for name in ("input_swizzle", "output_swizzle"):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, Swizzle(value))
+            except ValueError:
+                raise ConfigError(
+                    f"{name} must be one of {[s.value for s in Swizzle]} (bytes), got {value!r}"
+                ) from None
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_choice("arch", self.arch, tuple(ARCHS))
+        _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
+        _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        _check(self.sf_vec_size == 16, f"sf_vec_size must be 16 for NVFP4, got {self.sf_vec_size!r}")
+        _check_choice("tile_m", self.tile_m, (128, 256))
+        _check_int("tile_k", self.tile_k, CHUNK_K, 1024)
+        _check(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
+        _check_int("input_box_k", self.input_box_k, 1, TMA_MAX_BOX_DIM)
+        _check_int("output_box_k", self.output_box_k, 1, TMA_MAX_BOX_DIM)
+        _check_box("input", self.input_box_k * 2, self.input_swizzle, self.tile_k * 2)
+        _check_box("output", self.output_box_k, self.output_swizzle, self.tile_k // 2)
+        _check_int("num_stages", self.num_stages, 1, 16)
+        _check_int("consumer_warpgroups", self.consumer_warpgroups, 1, 3)
+        _check_int("out_buffers", self.out_buffers, 2, 4)
+        _check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 4)
+        _check(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
+        _check(isinstance(self.setmaxnreg, bool), f"setmaxnreg must be a bool, got {self.setmaxnreg!r}")
+        chunks = self.tile_m * self.tile_k // CHUNK_K
+        _check(
+            chunks % self.consumer_threads == 0,
+            f"tile_m * tile_k / {CHUNK_K} = {chunks} chunks must split evenly over "
+            f"consumer_warpgroups * {WARPGROUP} = {self.consumer_threads} threads",
+        )
+        limits = ARCHS[self.arch]
+        smem = self.smem.total
+        _check(
+            smem <= limits.max_smem_per_block,
+            f"shared memory of {smem} bytes (num_stages={self.num_stages}, tile {self.tile_m}x{self.tile_k}) "
+            f"exceeds the {self.arch} limit of {limits.max_smem_per_block} bytes per block",
+        )
+        _check(
+            self.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
+            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
+            f"in the {limits.smem_per_sm} bytes of one {self.arch} SM",
+        )
+        _check(
+            self.min_ctas_per_sm * self.threads <= limits.max_threads_per_sm,
+            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {self.threads} threads exceed "
+            f"{limits.max_threads_per_sm} threads per SM",
+        )
+
+    # ------------------------------------------------------------ derived
+    @property
+    def consumer_threads(self) -> int:
+        return self.consumer_warpgroups * WARPGROUP
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP + self.consumer_threads
+
+    @property
+    def input_tile(self) -> tuple[int, int]:
+        return (self.tile_m, self.tile_k)
+
+    @property
+    def input_box(self) -> tuple[int, int]:
+        """TMA box of the bf16 input, outer dimension first."""
+        return (self.tile_m, self.input_box_k)
+
+    @property
+    def output_tile(self) -> tuple[int, int]:
+        return (self.tile_m, self.tile_k // 2)
+
+    @property
+    def output_box(self) -> tuple[int, int]:
+        return (self.tile_m, self.output_box_k)
+
+    @property
+    def scales_tile(self) -> tuple[int, int, int, int]:
+        """The tile's slice of the swizzled scales, outer first: 128-row blocks, 4-group blocks, 32, 16."""
+        return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // CHUNK_K, 32, 16)
+
+    scales_box = scales_tile
+
+    @property
+    def smem(self) -> SmemLayout:
+        stage = self.tile_m * self.tile_k * 2
+        q_tile = self.tile_m * self.tile_k // 2
+        sf_tile = self.tile_m * self.tile_k // 16 if self.sf_layout == "swizzled" else 0
+        q = _align(self.num_stages * stage, 1024)
+        sf = _align(q + self.out_buffers * q_tile, 128)
+        barriers = _align(sf + self.out_buffers * sf_tile, 8)
+        end = barriers + 2 * self.num_stages * 8
+        return SmemLayout(input=0, q=q, sf=sf, barriers=barriers, total=end + ALIGN_SLACK)
+
+    @property
+    def register_split(self) -> tuple[int, int]:
+        """(producer, consumer) registers per thread after setmaxnreg."""
+        limits = ARCHS[self.arch]
+        entry = min(255, limits.regs_per_sm // (self.threads * self.min_ctas_per_sm)) // 8 * 8
+        producer = 40
+        consumer = (entry * self.threads - producer * WARPGROUP) // self.consumer_threads // 8 * 8
+        return producer, min(256, consumer)
+
+    def replace(self, **changes) -> "QuantizeConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SimtConfig:
+    """The fallback kernel without TMA, for shapes and pointers TMA cannot address."""
+
+    threads: int = 256
+    tensor_sf_mode: str = "value"
+    sf_layout: str = "swizzled"
+    input_dtype: str = "bfloat16"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        _check_choice("arch", self.arch, tuple(ARCHS))
+        _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
+        _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        _check(
+            self.threads in (64, 128, 256, 512, 1024),
+            f"threads must be one of 64, 128, 256, 512, 1024, got {self.threads!r}",
+        )
+
+    def replace(self, **changes) -> "SimtConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
+    """A sensible TMA config for an ``m x k`` input when no tuned entry applies."""
+    _check_choice("arch", arch, tuple(ARCHS))
+    if k <= 64:
+        tile_k = 64
+        output = dict(output_box_k=32, output_swizzle=Swizzle.B32)
+    else:
+        tile_k = 128
+        output = dict(output_box_k=64, output_swizzle=Swizzle.B64)
+    warpgroups = 2 if 128 * tile_k // CHUNK_K % (2 * WARPGROUP) == 0 else 1
+    return QuantizeConfig(tile_k=tile_k, consumer_warpgroups=warpgroups, arch=arch, **output)

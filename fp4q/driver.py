@@ -1,0 +1,120 @@
+"""The CUDA driver API as fp4q uses it: checked calls, devices, contexts.
+
+fp4q runs inside CuPy's world, which uses each device's primary context, so
+every driver call here works in that context and restores whatever context
+the calling thread had before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from dataclasses import dataclass
+
+from ._gpu_probe import gpu_status
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed."""
+
+
+class NoGpuError(CudaError):
+    """No usable CUDA driver or device in this process."""
+
+
+def _cu():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, what: str):
+    """Unwrap a cuda.bindings result tuple, raising CudaError on failure."""
+    cu = _cu()
+    err, *values = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        _, text = cu.cuGetErrorString(err)
+        name = name.decode() if name else str(err)
+        text = text.decode() if text else ""
+        raise CudaError(f"{what} failed: {name}: {text}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def require_gpu() -> None:
+    available, reason = gpu_status()
+    if not available:
+        raise NoGpuError(f"fp4q needs an NVIDIA GPU and driver: {reason}")
+
+
+@dataclass(frozen=True)
+class Device:
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    max_smem_optin: int
+    context: object  # the primary CUcontext
+    context_handle: int
+
+    @property
+    def arch(self) -> str:
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}a"
+
+
+_device_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _device(ordinal: int) -> Device:
+    cu = _cu()
+    require_gpu()
+    dev = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})")
+    attr = cu.CUdevice_attribute
+
+    def get(a):
+        return check(cu.cuDeviceGetAttribute(a, dev), f"cuDeviceGetAttribute({a.name})")
+
+    name = check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    ctx = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    return Device(
+        ordinal=ordinal,
+        name=name.split(b"\x00", 1)[0].decode(),
+        compute_capability=(
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        ),
+        sm_count=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        max_smem_optin=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        context=ctx,
+        context_handle=int(ctx),
+    )
+
+
+def device(ordinal: int) -> Device:
+    with _device_lock:
+        return _device(ordinal)
+
+
+@contextlib.contextmanager
+def in_context(dev: Device):
+    """Make ``dev``'s primary context current for the block, then restore."""
+    cu = _cu()
+    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if current is not None and int(current) == dev.context_handle:
+        yield
+        return
+    check(cu.cuCtxPushCurrent(dev.context), "cuCtxPushCurrent")
+    try:
+        yield
+    finally:
+        check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+def driver_version() -> tuple[int, int]:
+    v = check(_cu().cuDriverGetVersion(), "cuDriverGetVersion")
+    return (v // 1000, (v % 1000) // 10)

@@ -1,0 +1,202 @@
+// NVFP4 quantization, TMA + warp specialization + PDL.
+//
+// Warpgroup 0 is the producer: one thread streams input tiles into a ring of
+// NUM_STAGES shared-memory buffers with TMA, guarded by full/empty mbarriers.
+// The other warpgroups are consumers: they turn each tile into e2m1 codes and
+// e4m3 scales in shared memory and one of them TMA-stores the result. The
+// grid is persistent when launched with fewer CTAs than tiles, so the ring
+// runs across tiles. The constants before the #include come from the config.
+#include "nvfp4_math.cuh"
+
+constexpr int THREADS = 128 + CONSUMER_THREADS;
+constexpr int CHUNKS_K = TILE_K / 64;
+constexpr int ITEMS = TILE_M * CHUNKS_K / CONSUMER_THREADS;
+constexpr int IN_BOXES = TILE_K / IN_BOX_K;
+constexpr u32 IN_BOX_BYTES = TILE_M * IN_BOX_K * 2;
+constexpr u32 IN_STAGE_BYTES = TILE_M * TILE_K * 2;
+constexpr int OUT_BOXES = (TILE_K / 2) / OUT_BOX_K;
+constexpr u32 OUT_BOX_BYTES = TILE_M * OUT_BOX_K;
+constexpr u32 Q_TILE_BYTES = TILE_M * TILE_K / 2;
+constexpr u32 SF_TILE_BYTES = TILE_M * TILE_K / 16;
+constexpr u32 CONSUMER_BARRIER = 1;
+
+static_assert(TILE_M * CHUNKS_K % CONSUMER_THREADS == 0, "consumers must split a tile evenly");
+static_assert(TILE_K % IN_BOX_K == 0 && (TILE_K / 2) % OUT_BOX_K == 0, "boxes must tile the tile");
+
+// TMA's shared-memory swizzle: the 16-byte chunk index (address bits 4..6)
+// is XORed with address bits 7..9, as many bits as the mode spans.
+template <int SWIZZLE_BYTES>
+FP4Q_DEVICE u32 swizzle(u32 offset) {
+    if constexpr (SWIZZLE_BYTES == 0) {
+        return offset;
+    } else {
+        constexpr u32 mask = SWIZZLE_BYTES / 16 - 1;
+        return offset ^ (((offset >> 7) & mask) << 4);
+    }
+}
+
+FP4Q_DEVICE u32 in_offset(int row, int col) {
+    return (col / IN_BOX_K) * IN_BOX_BYTES +
+           swizzle<IN_SWIZZLE>(row * (IN_BOX_K * 2) + (col % IN_BOX_K) * 2);
+}
+
+FP4Q_DEVICE u32 q_offset(int row, int byte_col) {
+    return (byte_col / OUT_BOX_K) * OUT_BOX_BYTES +
+           swizzle<OUT_SWIZZLE>(row * OUT_BOX_K + (byte_col % OUT_BOX_K));
+}
+
+// Where the four scale bytes of (row, 64-column chunk) sit inside the tile's
+// slice of the 128x4 layout: 512-byte blocks of 128 rows x 4 groups.
+FP4Q_DEVICE u32 sf_offset(int row, int chunk) {
+    return ((row / 128) * CHUNKS_K + chunk) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4;
+}
+
+// Bytes of a scale word that belong to real groups; padding stays 0x00 even
+// when a device tensor_sf would turn an all-zero group into something else.
+FP4Q_DEVICE u32 valid_sf_mask(int row, int rows, int group, int groups) {
+    if (row >= rows || group >= groups) return 0u;
+    const int n = groups - group;
+    return n >= 4 ? 0xFFFFFFFFu : (0xFFFFFFFFu >> (32 - 8 * n));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+fp4q_quantize_nvfp4_tma(const __grid_constant__ TensorMap in_map,
+                        const __grid_constant__ TensorMap q_map,
+                        const __grid_constant__ TensorMap sf_map,
+                        u8* __restrict__ sf_linear,
+                        float tensor_sf_value,
+                        const float* __restrict__ tensor_sf_ptr,
+                        i32 rows, i32 cols) {
+    extern __shared__ u8 smem_raw[];
+    // TMA swizzling needs 1024-byte aligned buffers; the launch adds the slack.
+    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+    u64* full = reinterpret_cast<u64*>(smem + OFF_BARRIERS);
+    u64* empty = full + NUM_STAGES;
+
+    const int groups = cols / 16;
+    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
+    const int num_tiles = ((rows + TILE_M - 1) / TILE_M) * tiles_k;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NUM_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], CONSUMER_THREADS);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 128) {
+#if FP4Q_SETMAXNREG
+        setmaxnreg_dec<PRODUCER_REGS>();
+#endif
+        if (threadIdx.x == 0) {
+            prefetch_tensormap(&in_map);
+            // Everything above overlapped the previous kernel; its writes to
+            // our input must be visible before the first load.
+            griddepcontrol_wait();
+            int i = 0;
+            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
+                const int stage = i % NUM_STAGES;
+                const u32 round = i / NUM_STAGES;
+                mbarrier_wait_parity(&empty[stage], (round & 1) ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], IN_STAGE_BYTES);
+                const int m0 = (tile / tiles_k) * TILE_M;
+                const int k0 = (tile % tiles_k) * TILE_K;
+                u8* dst = smem + OFF_IN + stage * IN_STAGE_BYTES;
+#pragma unroll
+                for (int b = 0; b < IN_BOXES; ++b) {
+                    cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &in_map,
+                                                             k0 + b * IN_BOX_K, m0, &full[stage]);
+                }
+            }
+            // All loads are issued: the next kernel may start its prologue.
+            griddepcontrol_launch_dependents();
+        }
+        return;
+    }
+
+#if FP4Q_SETMAXNREG
+    setmaxnreg_inc<CONSUMER_REGS>();
+#endif
+    const int ctid = threadIdx.x - 128;
+    // Our outputs may still be read, and tensor_sf written, by the previous kernel.
+    griddepcontrol_wait();
+#if FP4Q_TENSOR_SF_BY_POINTER
+    const float tensor_sf = ld_global_f32(tensor_sf_ptr);
+#else
+    const float tensor_sf = tensor_sf_value;
+#endif
+    const float rcp_tensor_sf = rcp_rn(tensor_sf);
+    if (ctid == 0) {
+        prefetch_tensormap(&q_map);
+#if FP4Q_SF_SWIZZLED
+        prefetch_tensormap(&sf_map);
+#endif
+    }
+
+    int i = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
+        const int stage = i % NUM_STAGES;
+        const u32 round = i / NUM_STAGES;
+        const int m0 = (tile / tiles_k) * TILE_M;
+        const int k0 = (tile % tiles_k) * TILE_K;
+        const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
+        u8* q_tile = smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
+#if FP4Q_SF_SWIZZLED
+        u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;
+#endif
+
+        mbarrier_wait_parity(&full[stage], round & 1);
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int item = it * CONSUMER_THREADS + ctid;
+            const int r = item % TILE_M;
+            const int c = item / TILE_M;
+            u32 w[32];
+#pragma unroll
+            for (int v = 0; v < 8; ++v) {
+                ld_shared_v4(in + in_offset(r, c * 64 + v * 8), w[4 * v], w[4 * v + 1], w[4 * v + 2],
+                             w[4 * v + 3]);
+            }
+            const Chunk64 out = quantize_chunk64(w, tensor_sf, rcp_tensor_sf);
+            st_shared_v4(q_tile + q_offset(r, c * 32), out.q[0], out.q[1], out.q[2], out.q[3]);
+            st_shared_v4(q_tile + q_offset(r, c * 32 + 16), out.q[4], out.q[5], out.q[6], out.q[7]);
+            const int row = m0 + r;
+            const int group = k0 / 16 + c * 4;
+            const u32 sf = out.sf & valid_sf_mask(row, rows, group, groups);
+#if FP4Q_SF_SWIZZLED
+            st_shared_u32(sf_tile + sf_offset(r, c), sf);
+#else
+            if (row < rows) {
+                u8* dst = sf_linear + static_cast<i64>(row) * groups + group;
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    if (group + b < groups) dst[b] = static_cast<u8>(sf >> (8 * b));
+                }
+            }
+#endif
+        }
+        // Release the input stage; the arrive orders this thread's reads.
+        mbarrier_arrive(&empty[stage]);
+        fence_proxy_async_shared_cta();
+        if (ctid == 0) {
+            // The output buffer written next iteration was last stored
+            // NUM_OUT_BUFFERS - 1 tiles ago: it must be read out by now.
+            cp_async_bulk_wait_group_read<NUM_OUT_BUFFERS - 2>();
+        }
+        bar_sync(CONSUMER_BARRIER, CONSUMER_THREADS);
+        if (ctid == 0) {
+#pragma unroll
+            for (int b = 0; b < OUT_BOXES; ++b) {
+                cp_async_bulk_tensor_2d_shared_to_global(&q_map, k0 / 2 + b * OUT_BOX_K, m0,
+                                                         q_tile + b * OUT_BOX_BYTES);
+            }
+#if FP4Q_SF_SWIZZLED
+            cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / 64, m0 / 128, sf_tile);
+#endif
+            cp_async_bulk_commit_group();
+        }
+    }
+    if (ctid == 0) cp_async_bulk_wait_group<0>();
+}
