@@ -1,0 +1,153 @@
+"""Scale-factor layouts of NVFP4_SPEC.md: linear ``(M, G)`` and swizzled.
+
+The swizzled layout is the 128x4 tiling that cuBLAS, TensorRT-LLM and vLLM
+block-scaled GEMMs read: scale ``(m, j)`` sits at
+``[m // 128, j // 4, m % 32, (m % 128) // 32, j % 4]`` of an array of shape
+``(ceil(M/128), ceil(G/4), 32, 4, 4)``, and every padding byte is 0x00.
+
+The conversions work on numpy and cupy arrays alike and stay on the array's
+device; cupy is only looked up when a cupy array is passed in, so numpy users
+do not need it installed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+
+import numpy as np
+
+__all__ = ["swizzled_sf_shape", "swizzled_sf_offset", "swizzle_sf", "unswizzle_sf"]
+
+ROWS_PER_TILE = 128
+GROUPS_PER_TILE = 4
+TILE_BYTES = 512
+
+
+def _array_module(a, name):
+    if isinstance(a, np.ndarray):
+        return np
+    # A cupy array can only exist if cupy is already imported, so looking in
+    # sys.modules never imports cupy on behalf of a numpy caller.
+    cp = sys.modules.get("cupy")
+    if cp is not None and isinstance(a, cp.ndarray):
+        return cp
+    raise TypeError(
+        f"{name} must be a numpy or cupy array, got {type(a).__module__}.{type(a).__qualname__}"
+    )
+
+
+def _count(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def _index(value, name):
+    """An int, or an integer array widened to int64 so the offset cannot overflow."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    try:
+        xp = _array_module(value, name)
+    except TypeError:
+        xp = None
+    if xp is None or value.dtype.kind not in "iu":
+        kind = f"dtype {value.dtype}" if xp is not None else f"{value!r} of type {type(value).__name__}"
+        raise TypeError(f"{name} must be an int or an integer array, got {kind}")
+    return value.astype(xp.int64)
+
+
+def _any(cond):
+    return bool(cond.any()) if hasattr(cond, "any") else bool(cond)
+
+
+def _first(values, bad):
+    if isinstance(values, int):
+        return values
+    return int(values[bad].ravel()[0])
+
+
+def _require_uint8(a, name):
+    if a.dtype != np.uint8:
+        raise TypeError(f"{name} must have dtype uint8 (e4m3/e8m0 scale bytes), got {a.dtype}")
+
+
+def swizzled_sf_shape(m: int, groups: int) -> tuple:
+    """Shape ``(ceil(m/128), ceil(groups/4), 32, 4, 4)`` of the swizzled scales."""
+    m = _count(m, "m")
+    groups = _count(groups, "groups")
+    return (
+        -(-m // ROWS_PER_TILE),
+        -(-groups // GROUPS_PER_TILE),
+        32,
+        4,
+        GROUPS_PER_TILE,
+    )
+
+
+def swizzled_sf_offset(m, j, groups):
+    """Byte offset of scale ``(m, j)`` in the swizzled layout for ``groups`` scales per row.
+
+    ``m`` and ``j`` are ints or integer arrays (numpy or cupy; broadcast
+    together); the result is an int or an int64 array.
+    """
+    groups = _count(groups, "groups")
+    m = _index(m, "m")
+    j = _index(j, "j")
+    if _any(m < 0):
+        raise ValueError(f"m must be >= 0, got {_first(m, m < 0)}")
+    if _any((j < 0) | (j >= groups)):
+        raise ValueError(
+            f"j must satisfy 0 <= j < groups={groups}, got {_first(j, (j < 0) | (j >= groups))}"
+        )
+    tiles_per_row_block = -(-groups // GROUPS_PER_TILE)
+    return (
+        ((m // ROWS_PER_TILE) * tiles_per_row_block + j // GROUPS_PER_TILE) * TILE_BYTES
+        + (m % 32) * 16
+        + ((m % ROWS_PER_TILE) // 32) * 4
+        + j % GROUPS_PER_TILE
+    )
+
+
+def swizzle_sf(linear):
+    """Linear uint8 scales of shape ``(..., G)`` to the swizzled layout.
+
+    The leading dimensions flatten to ``M`` rows. The result is a new
+    contiguous uint8 array of shape ``swizzled_sf_shape(M, G)`` on the input's
+    device, padding bytes 0x00.
+    """
+    xp = _array_module(linear, "linear")
+    _require_uint8(linear, "linear")
+    if linear.ndim < 1:
+        raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
+    groups = linear.shape[-1]
+    m = math.prod(linear.shape[:-1])
+    row_tiles, group_tiles = swizzled_sf_shape(m, groups)[:2]
+    padded = xp.zeros((row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE), dtype=xp.uint8)
+    padded[:m, :groups] = linear.reshape(m, groups)
+    # Padded row m = 128*a + 32*r + c and group j = 4*b + e land at [a, b, c, r, e].
+    tiled = padded.reshape(row_tiles, 4, 32, group_tiles, GROUPS_PER_TILE)
+    return xp.ascontiguousarray(tiled.transpose(0, 3, 2, 1, 4))
+
+
+def unswizzle_sf(swizzled, m: int, groups: int):
+    """Swizzled scales back to a contiguous ``(m, groups)`` uint8 array on the same device."""
+    xp = _array_module(swizzled, "swizzled")
+    _require_uint8(swizzled, "swizzled")
+    m = _count(m, "m")
+    groups = _count(groups, "groups")
+    expected = swizzled_sf_shape(m, groups)
+    if tuple(swizzled.shape) != expected:
+        raise ValueError(
+            f"swizzled must have shape {expected} for m={m}, groups={groups}, "
+            f"got {tuple(swizzled.shape)}"
+        )
+    row_tiles, group_tiles = expected[:2]
+    # Swapping axes 1 and 3 is its own inverse, so this undoes swizzle_sf.
+    padded = swizzled.transpose(0, 3, 2, 1, 4).reshape(
+        row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE
+    )
+    return xp.ascontiguousarray(padded[:m, :groups])
