@@ -105,13 +105,13 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
         "NUM_OUT_BUFFERS": config.out_buffers,
         "CONSUMER_THREADS": config.consumer_threads,
         "MIN_CTAS_PER_SM": config.min_ctas_per_sm,
-        "PRODUCER_REGS": producer_regs,
-        "CONSUMER_REGS": consumer_regs,
         "OFF_IN": smem.input,
         "OFF_Q": smem.q,
         "OFF_SF": smem.sf,
         "OFF_BARRIERS": smem.barriers,
     }
+    if config.setmaxnreg:
+        constants.update(PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs)
     flags = {**_common_flags(config), "FP4Q_SETMAXNREG": config.setmaxnreg}
     source = _prelude(config, constants, flags) + expand_includes("quantize_nvfp4_tma.cu")
     return KernelSource("fp4q_quantize_nvfp4_tma", source, config.arch)
@@ -121,6 +121,17 @@ def render_simt(config: SimtConfig) -> KernelSource:
     source = _prelude(config, {"SIMT_THREADS": config.threads}, _common_flags(config))
     source += expand_includes("quantize_nvfp4_simt.cu")
     return KernelSource("fp4q_quantize_nvfp4_simt", source, config.arch)
+
+
+def render_numerics_probe(arch: str) -> KernelSource:
+    """A kernel that applies the numerics header to raw floats, for bit-exact tests."""
+    limits = ARCHS[arch]
+    flags = {"FP4Q_INPUT_FP16": False}
+    lines = [f"#define {k} {int(v)}" for k, v in flags.items()]
+    if limits.has_cvt_e2m1:
+        lines.append("#define FP4Q_HAS_CVT_E2M1 1")
+    source = "\n".join(lines) + "\n" + expand_includes("numerics_probe.cu")
+    return KernelSource("fp4q_numerics_probe", source, arch)
 
 
 def render(config) -> KernelSource:

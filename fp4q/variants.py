@@ -1,0 +1,44 @@
+"""The configs fp4q ships: the tuned defaults plus one per tuning axis, so
+every swizzle mode, box shape and pipeline option is compiled in CI and
+exercised on the GPU."""
+
+from __future__ import annotations
+
+from .config import QuantizeConfig, SimtConfig, Swizzle
+
+S = Swizzle
+
+SHIPPED: dict[str, QuantizeConfig] = {
+    "m128_k128_s4_wg2": QuantizeConfig(),
+    "m128_k64_s6_wg1": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=6,
+                                       consumer_warpgroups=1),
+    "m128_k256_s2_wg2": QuantizeConfig(tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2),
+    "m256_k128_s2_wg2": QuantizeConfig(tile_m=256, num_stages=2),
+    "m128_k128_s4_wg1": QuantizeConfig(consumer_warpgroups=1),
+    "m128_k192_s4_wg3": QuantizeConfig(tile_k=192, output_box_k=96, output_swizzle=S.NONE, num_stages=4,
+                                       consumer_warpgroups=3),
+    "m128_k128_noswizzle": QuantizeConfig(input_box_k=128, input_swizzle=S.NONE, output_box_k=64,
+                                          output_swizzle=S.NONE),
+    "m128_k128_in64B_out32B": QuantizeConfig(input_box_k=32, input_swizzle=S.B64, output_box_k=32,
+                                             output_swizzle=S.B32),
+    "m128_k128_in32B": QuantizeConfig(input_box_k=16, input_swizzle=S.B32, output_box_k=16,
+                                      output_swizzle=S.NONE),
+    "m128_k128_s2": QuantizeConfig(num_stages=2),
+    "m128_k128_s6": QuantizeConfig(num_stages=6),
+    "m128_k128_tile_per_cta": QuantizeConfig(persistent=False),
+    "m128_k128_no_setmaxnreg": QuantizeConfig(setmaxnreg=False),
+    "m128_k64_2cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=4,
+                                    consumer_warpgroups=1, min_ctas_per_sm=2),
+}
+
+SIMT: dict[str, SimtConfig] = {"simt_256": SimtConfig()}
+
+
+def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
+    """Every shipped config for ``arch``, in both scale layouts and both tensor_sf modes."""
+    out = {}
+    for name, cfg in {**SHIPPED, **SIMT}.items():
+        for layout in ("swizzled", "linear"):
+            for mode in ("value", "pointer"):
+                out[f"{name}/{layout}/{mode}"] = cfg.replace(arch=arch, sf_layout=layout, tensor_sf_mode=mode)
+    return out

@@ -1,0 +1,59 @@
+"""Input generators and comparisons shared by the test files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SPECIAL_BF16 = np.array(
+    [0x7FC0, 0xFFC1, 0x7F80, 0xFF80, 0x8000, 0x0000, 0x0001, 0x807F, 0x7F7F, 0xFF7F, 0x0080, 0x3F80],
+    dtype=np.uint16,
+)
+
+
+def bf16_bits(values) -> np.ndarray:
+    """float32 values to bf16 bits by truncation (any bf16 is a valid input)."""
+    return (np.asarray(values, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def random_bf16(shape, rng, scale=1.0, specials=0.0) -> np.ndarray:
+    """Random bf16 bits, normal(0, scale); a fraction ``specials`` replaced by NaN/Inf/-0/subnormals."""
+    bits = bf16_bits(rng.standard_normal(shape).astype(np.float32) * np.float32(scale))
+    if specials:
+        mask = rng.random(shape) < specials
+        bits[mask] = rng.choice(SPECIAL_BF16, size=int(mask.sum()))
+    return bits
+
+
+def edge_groups(k: int) -> np.ndarray:
+    """One row per edge-case family of the spec, each row K wide (bf16 bits)."""
+    g = k // 16
+    rows = []
+
+    def row(group16):
+        rows.append(np.tile(bf16_bits(group16), g)[:k] if len(group16) == 16 else group16)
+
+    f = np.float32
+    row(np.zeros(16, f))  # all-zero groups
+    row(np.full(16, -0.0, f))  # -0
+    row(np.full(16, np.nan, f))  # all-NaN: amax 0
+    row(np.array([np.nan, 1, -2, 3] * 4, f))  # NaN ignored in amax
+    row(np.array([np.inf, 1, -1, 0] * 4, f))  # Inf: scale 448
+    row(np.array([-np.inf, 5, -5, 0.1] * 4, f))
+    row(np.array([6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5, -6], f))
+    row(np.array([3e38, 1e-38, -1e-40, 1e-45] * 4, f))  # huge amax, subnormals
+    row(np.array([1e-40, -2e-40, 3e-41, 0] * 4, f))  # subnormal-only groups
+    row(np.linspace(-7, 7, 16, dtype=f))
+    row(np.array([448 * 6 * 2, 1, 2, 3] * 4, f))  # scale saturates at 448
+    row(np.array([1e-30, 2e-31, -3e-30, 0] * 4, f))  # e4m3 subnormal/underflow scales
+    return np.stack([r.astype(np.uint16) for r in rows])
+
+
+def assert_bytes_equal(got, want, what: str) -> None:
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = np.argwhere(got != want)
+    if bad.size:
+        first = [tuple(int(i) for i in idx) for idx in bad[:8]]
+        details = ", ".join(f"{i}: got {got[i]:#04x} want {want[i]:#04x}" for i in first)
+        raise AssertionError(f"{what}: {len(bad)} of {got.size} bytes differ; first {details}")

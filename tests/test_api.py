@@ -1,0 +1,200 @@
+"""quantize_nvfp4: bit-exact against the reference on the GPU, and its
+argument validation (which needs a GPU for device arrays)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fp4q import reference
+from fp4q.config import QuantizeConfig, SimtConfig
+from fp4q.variants import SHIPPED, SIMT
+
+from helpers import assert_bytes_equal, edge_groups, random_bf16
+
+gpu = pytest.mark.gpu
+
+
+def _cp():
+    return pytest.importorskip("cupy")
+
+
+def _run_and_check(x_bits, tensor_sf, sf_layout="swizzled", device_sf=False, **kwargs):
+    import fp4q
+
+    cp = _cp()
+    tsf = np.float32(tensor_sf)
+    x = cp.asarray(x_bits)
+    arg = cp.asarray(np.array(tsf, dtype=np.float32)) if device_sf else float(tsf)
+    q, sf = fp4q.quantize_nvfp4(x, arg, sf_layout=sf_layout, **kwargs)
+    cp.cuda.get_current_stream().synchronize()
+    q_ref, sf_ref = reference.quantize_nvfp4(x_bits, tsf, sf_layout=sf_layout)
+    assert_bytes_equal(cp.asnumpy(q), q_ref, f"q {x_bits.shape} {sf_layout}")
+    assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"sf {x_bits.shape} {sf_layout}")
+    return q, sf
+
+
+M_SHAPES = [0, 1, 31, 127, 128, 129, 1000, 4096]
+K_SHAPES = [16, 48, 64, 80, 2176, 7168]
+
+
+@gpu
+@pytest.mark.parametrize("m", M_SHAPES)
+@pytest.mark.parametrize("k", K_SHAPES)
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_shapes_bit_exact(m, k, sf_layout):
+    rng = np.random.default_rng(m * 10007 + k)
+    x = random_bf16((m, k), rng, specials=0.01)
+    tsf = reference.global_scale(x) if m else np.float32(1)
+    _run_and_check(x, tsf, sf_layout)
+
+
+@gpu
+@pytest.mark.parametrize("scale", [1e-30, 1e-3, 1.0, 1e3, 1e30])
+@pytest.mark.parametrize("device_sf", [False, True])
+def test_random_scales_bit_exact(scale, device_sf):
+    rng = np.random.default_rng(7)
+    x = random_bf16((300, 1024), rng, scale=scale)
+    _run_and_check(x, reference.global_scale(x), device_sf=device_sf)
+
+
+@gpu
+@pytest.mark.parametrize("k", [64, 2176])
+@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-20, 2.0**40, 1e-30])
+def test_edge_families_bit_exact(k, tensor_sf):
+    x = edge_groups(k)
+    for layout in ("swizzled", "linear"):
+        _run_and_check(x, tensor_sf, layout)
+        _run_and_check(x, tensor_sf, layout, config=SimtConfig())
+
+
+@gpu
+@pytest.mark.parametrize("tensor_sf", [np.float32(-1.5), np.float32(np.nan), np.float32(np.inf),
+                                       np.float32(0), np.float32(1e-45)])
+def test_device_tensor_sf_outside_range_follows_formulas(tensor_sf):
+    rng = np.random.default_rng(3)
+    x = random_bf16((130, 256), rng, specials=0.05)
+    for layout in ("swizzled", "linear"):
+        _run_and_check(x, tensor_sf, layout, device_sf=True)
+        _run_and_check(x, tensor_sf, layout, device_sf=True, config=SimtConfig())
+
+
+VARIANTS = {**SHIPPED, **SIMT}
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("device_sf", [False, True])
+def test_every_shipped_config(name, sf_layout, device_sf):
+    rng = np.random.default_rng(11)
+    for m, k in [(129, 2176), (1000, 512), (5, 64), (300, 7168)]:
+        x = random_bf16((m, k), rng, specials=0.01)
+        _run_and_check(x, reference.global_scale(x), sf_layout, device_sf, config=VARIANTS[name])
+
+
+@gpu
+def test_out_buffers_prefilled_are_fully_written():
+    cp = _cp()
+    rng = np.random.default_rng(5)
+    for m, k, layout in [(129, 2176, "swizzled"), (129, 80, "swizzled"), (33, 2176, "linear")]:
+        x = random_bf16((m, k), rng)
+        q_ref, sf_ref = reference.quantize_nvfp4(x, 1.0, sf_layout=layout)
+        out = cp.full(q_ref.shape, 0xFF, dtype=cp.uint8)
+        sf_out = cp.full(sf_ref.shape, 0xFF, dtype=cp.uint8)
+        import fp4q
+
+        q, sf = fp4q.quantize_nvfp4(cp.asarray(x), 1.0, sf_layout=layout, out=out, sf_out=sf_out)
+        assert q is out and sf is sf_out
+        assert_bytes_equal(cp.asnumpy(out), q_ref, "q")
+        assert_bytes_equal(cp.asnumpy(sf_out), sf_ref, "sf")
+
+
+@gpu
+@pytest.mark.parametrize("pdl", [True, False])
+def test_non_default_stream_and_pdl(pdl):
+    cp = _cp()
+    rng = np.random.default_rng(9)
+    x = random_bf16((1000, 4096), rng)
+    stream = cp.cuda.Stream(non_blocking=True)
+    import fp4q
+
+    xd = cp.asarray(x)
+    stream.synchronize()
+    q, sf = fp4q.quantize_nvfp4(xd, 0.5, stream=stream, pdl=pdl)
+    stream.synchronize()
+    q_ref, sf_ref = reference.quantize_nvfp4(x, 0.5)
+    assert_bytes_equal(cp.asnumpy(q), q_ref, "q")
+    assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
+
+
+@gpu
+def test_pdl_chain_of_dependent_kernels():
+    """Each quantize reads the previous one's output buffer: PDL must not let it run early."""
+    cp = _cp()
+    import fp4q
+
+    rng = np.random.default_rng(13)
+    x = random_bf16((512, 2048), rng)
+    xd = cp.asarray(x)
+    outs = []
+    for i in range(8):
+        q, sf = fp4q.quantize_nvfp4(xd, 1.0 + i, pdl=True)
+        # The next input is built from this output by a plain CuPy kernel in between.
+        outs.append((q, sf))
+    cp.cuda.get_current_stream().synchronize()
+    for i, (q, sf) in enumerate(outs):
+        q_ref, sf_ref = reference.quantize_nvfp4(x, 1.0 + i)
+        assert_bytes_equal(cp.asnumpy(q), q_ref, f"q[{i}]")
+        assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"sf[{i}]")
+
+
+@gpu
+def test_torch_bf16_input_zero_copy():
+    torch = pytest.importorskip("torch")
+    cp = _cp()
+    import fp4q
+
+    rng = np.random.default_rng(17)
+    x = random_bf16((256, 1024), rng)
+    t = torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
+    q, sf = fp4q.quantize_nvfp4(t, 2.0)
+    cp.cuda.get_current_stream().synchronize()
+    torch.cuda.synchronize()
+    q_ref, sf_ref = reference.quantize_nvfp4(x, 2.0)
+    assert_bytes_equal(cp.asnumpy(q), q_ref, "q")
+    assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
+
+
+@gpu
+def test_leading_dimensions_flatten():
+    cp = _cp()
+    import fp4q
+
+    rng = np.random.default_rng(19)
+    x = random_bf16((3, 70, 256), rng)
+    for layout in ("swizzled", "linear"):
+        q, sf = fp4q.quantize_nvfp4(cp.asarray(x), 1.0, sf_layout=layout)
+        q_ref, sf_ref = reference.quantize_nvfp4(x, 1.0, sf_layout=layout)
+        assert_bytes_equal(cp.asnumpy(q), q_ref, "q")
+        assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
+
+
+@gpu
+def test_empty_inputs_launch_nothing():
+    cp = _cp()
+    import fp4q
+
+    q, sf = fp4q.quantize_nvfp4(cp.zeros((0, 64), dtype=cp.uint16), 1.0)
+    assert q.shape == (0, 32) and sf.shape == (0, 1, 32, 4, 4)
+    q, sf = fp4q.quantize_nvfp4(cp.zeros((5, 0), dtype=cp.uint16), 1.0, sf_layout="linear")
+    assert q.shape == (5, 0) and sf.shape == (5, 0)
+
+
+@gpu
+def test_explicit_tma_config_on_unservable_shape_is_an_error():
+    cp = _cp()
+    import fp4q
+
+    with pytest.raises(ValueError, match="K=48 is not a multiple of 32"):
+        fp4q.quantize_nvfp4(cp.zeros((4, 48), dtype=cp.uint16), 1.0, config=QuantizeConfig())

@@ -1,0 +1,83 @@
+"""The numerics header on the GPU, step by step, against the reference:
+the software e2m1 conversion of sm_90a over hand-picked and random float32
+bit patterns, and the e4m3 scale / inverse computation."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from fp4q import reference
+
+gpu = pytest.mark.gpu
+
+
+def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
+    cp = pytest.importorskip("cupy")
+    from fp4q import driver
+    from fp4q.codegen import render_numerics_probe
+    from fp4q.compiler import compile_source
+    from fp4q.launch import launch
+
+    dev = driver.device(cp.cuda.Device().id)
+    kernel = compile_source(render_numerics_probe(dev.arch))
+    cu = driver._cu()
+    with driver.in_context(dev):
+        module = driver.check(cu.cuModuleLoadData(kernel.cubin), "cuModuleLoadData")
+        fn = driver.check(cu.cuModuleGetFunction(module, kernel.kernel_name.encode()), "cuModuleGetFunction")
+    pairs = len(v) // 2
+    vd, ad = cp.asarray(v), cp.asarray(amax)
+    codes = cp.zeros(pairs, cp.uint8)
+    sf = cp.zeros(pairs, cp.uint16)
+    inv = cp.zeros(2 * pairs, cp.float32)
+    args = [ctypes.c_void_p(a.data.ptr) for a in (vd, codes, ad, sf, inv)]
+    args += [ctypes.c_float(tensor_sf), ctypes.c_int32(pairs)]
+    with driver.in_context(dev):
+        launch(fn, 1024, 256, 0, cp.cuda.get_current_stream().ptr, args, pdl=False)
+    cp.cuda.get_current_stream().synchronize()
+    return cp.asnumpy(codes), cp.asnumpy(sf), cp.asnumpy(inv)
+
+
+def _interesting_floats(rng) -> np.ndarray:
+    ties = np.array([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 1e30], np.float32)
+    near = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(0))])
+    specials = np.array([np.inf, np.nan, 1e-45, 3e38], np.float32)
+    fixed = np.concatenate([near, specials])
+    fixed = np.concatenate([fixed, -fixed])
+    random_bits = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    small = (rng.random(1 << 20, dtype=np.float32) * 8).astype(np.float32)
+    v = np.concatenate([fixed, random_bits, small, -small])
+    return v[: len(v) // 2 * 2]
+
+
+@gpu
+def test_e2m1_conversion_bit_exact():
+    rng = np.random.default_rng(0)
+    v = _interesting_floats(rng)
+    codes, _, _ = _probe(v, np.zeros_like(v), 1.0)
+    want = reference.e2m1_encode(v[0::2]) | (reference.e2m1_encode(v[1::2]) << 4)
+    bad = np.flatnonzero(codes != want)
+    assert not bad.size, [(v[2 * i], v[2 * i + 1], hex(codes[i]), hex(want[i])) for i in bad[:8]]
+
+
+@gpu
+@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0])
+def test_scale_and_inverse_bit_exact(tensor_sf):
+    rng = np.random.default_rng(1)
+    amax = np.abs(rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32))
+    amax[:8] = [0, np.inf, np.nan, 1e-45, 6 * 448, 3e38, 1e-30, 6]
+    _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf)
+    tsf = np.float32(tensor_sf)
+    with np.errstate(all="ignore"):
+        want_sf = reference.e4m3_encode(tsf * (amax * reference.R6))
+    got_sf = np.stack([sf & 0xFF, sf >> 8], axis=1).reshape(-1).astype(np.uint8)
+    np.testing.assert_array_equal(got_sf, want_sf)
+    with np.errstate(all="ignore"):
+        d = reference.e4m3_decode(want_sf) * (np.float32(1) / tsf)
+        want_inv = np.where(d == 0, np.float32(0), np.float32(1) / d)
+    want_inv = want_inv.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(inv), np.isnan(want_inv))
+    finite = ~np.isnan(want_inv)
+    np.testing.assert_array_equal(inv[finite].view(np.uint32), want_inv[finite].view(np.uint32))
