@@ -249,6 +249,17 @@ def test_scale_rounding_down_saturates_elements():
     assert y[0, 0] == 6.0 and y[0, 1] == -6.0
 
 
+def test_scale_rounds_amax_times_r6_before_tensor_sf():
+    # tsf 3, amax 6.25: amax * R6 = 1.04166669771 rounds up to 1.0416667461 (0x3F855556),
+    # times 3 is 3.1250002384 = 3.125 + 2**-22 exactly, just above the 3.0/3.25
+    # tie -> 3.25 (0x45). The other order, (3 * 6.25) * R6 = 3.1250000931,
+    # rounds to 3.125 and would give 0x44.
+    q, sf = quantize_linear([6.25, 2], 3.0)
+    np.testing.assert_array_equal(sf, as_bytes([[0x45]]))
+    # d = 3.25 * float32(1/3) ~ 1.0833, so 6.25 -> 5.77 (7) and 2 -> 1.85 (2.0, code 4)
+    assert q[0, 0] == 0x47
+
+
 @pytest.mark.parametrize(
     "x, tensor_sf, q0",
     [
