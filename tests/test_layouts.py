@@ -128,6 +128,9 @@ def test_unswizzle_shape_message():
     )
 
 
+ONE_TILE = np.zeros((1, 1, 32, 4, 4), np.uint8)
+
+
 @pytest.mark.parametrize(
     "call, exc, message",
     [
@@ -135,17 +138,22 @@ def test_unswizzle_shape_message():
         (lambda: swizzle_sf(np.uint8(3)), TypeError, "linear must be a numpy or cupy array"),
         (lambda: swizzle_sf(np.array(3, np.uint8)), ValueError, "linear must have rank >= 1"),
         (lambda: swizzle_sf([[1, 2]]), TypeError, "linear must be a numpy or cupy array, got builtins.list"),
+        (lambda: unswizzle_sf(ONE_TILE[0], 1, 1), ValueError, "swizzled must have shape (1, 1, 32, 4, 4)"),
         (
             lambda: unswizzle_sf(np.zeros((1, 1, 32, 4, 4), np.float32), 1, 1),
             TypeError,
             "swizzled must have dtype uint8",
         ),
-        (lambda: unswizzle_sf(np.zeros((1, 1, 32, 4, 4), np.uint8), -1, 1), ValueError, "m must be >= 0, got -1"),
-        (lambda: unswizzle_sf(np.zeros((1, 1, 32, 4, 4), np.uint8), 1.0, 1), TypeError, "m must be an int"),
+        (lambda: unswizzle_sf(ONE_TILE, -1, 1), ValueError, "m must be >= 0, got -1"),
+        (lambda: unswizzle_sf(ONE_TILE, 1.0, 1), TypeError, "m must be an int, got 1.0 of type float"),
         (lambda: swizzled_sf_shape(1, True), TypeError, "groups must be an int"),
         (lambda: swizzled_sf_offset(0, 4, 4), ValueError, "j must satisfy 0 <= j < groups=4, got 4"),
         (lambda: swizzled_sf_offset(-3, 0, 4), ValueError, "m must be >= 0, got -3"),
-        (lambda: swizzled_sf_offset(np.array([0.5]), 0, 4), TypeError, "m must be an int or an integer array"),
+        (
+            lambda: swizzled_sf_offset(np.array([0.5]), 0, 4),
+            TypeError,
+            "m must be an int or an integer array, got dtype float64",
+        ),
     ],
 )
 def test_validation_messages(call, exc, message):

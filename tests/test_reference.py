@@ -205,7 +205,8 @@ def _all_bf16_patterns():
 
 
 def test_e4m3_encode_matches_brute_force_on_every_bf16_value():
-    s = np.concatenate([_all_bf16_patterns(), np.random.default_rng(0).standard_normal(50000).astype(np.float32)])
+    normals = np.random.default_rng(0).standard_normal(50000).astype(np.float32)
+    s = np.concatenate([_all_bf16_patterns(), normals])
     codes = np.arange(127)
     grid = np.where(codes < 8, codes * 2.0**-9, (8 + (codes & 7)) * 2.0 ** ((codes >> 3) - 10))
     with np.errstate(invalid="ignore"):  # the signaling NaNs among the patterns
@@ -219,7 +220,8 @@ def test_e4m3_encode_matches_brute_force_on_every_bf16_value():
 
 
 def test_e2m1_encode_matches_brute_force_on_every_bf16_value():
-    v = np.concatenate([_all_bf16_patterns(), np.random.default_rng(1).uniform(-8, 8, 50000).astype(np.float32)])
+    uniform = np.random.default_rng(1).uniform(-8, 8, 50000).astype(np.float32)
+    v = np.concatenate([_all_bf16_patterns(), uniform])
     with np.errstate(invalid="ignore"):
         a = np.abs(v.astype(np.float64))
     in_range = a <= 6
@@ -428,13 +430,20 @@ def test_uint16_bits_equal_bfloat16(tensor_sf):
     np.testing.assert_array_equal(sf_bits, sf_bf)
 
 
+DTYPE_RULE = "bfloat16, uint16 (bf16 bits) or float16"
+
+
 @pytest.mark.parametrize(
     "x, exc, message",
     [
-        (np.zeros((2, 16), np.float32), TypeError, "x must have dtype bfloat16, uint16 (bf16 bits) or float16, got float32"),
-        (np.zeros((2, 16), np.int16), TypeError, "x must have dtype bfloat16, uint16 (bf16 bits) or float16, got int16"),
-        ([[0.0] * 16], TypeError, "x must be a numpy array of bfloat16, uint16 (bf16 bits) or float16, got builtins.list"),
-        (np.zeros((), ml_dtypes.bfloat16), ValueError, "x must have rank >= 1 (shape (..., K)), got shape ()"),
+        (np.zeros((2, 16), np.float32), TypeError, f"x must have dtype {DTYPE_RULE}, got float32"),
+        (np.zeros((2, 16), np.int16), TypeError, f"x must have dtype {DTYPE_RULE}, got int16"),
+        ([[0.0] * 16], TypeError, f"x must be a numpy array of {DTYPE_RULE}, got builtins.list"),
+        (
+            np.zeros((), ml_dtypes.bfloat16),
+            ValueError,
+            "x must have rank >= 1 (shape (..., K)), got shape ()",
+        ),
         (np.zeros((2, 1000), ml_dtypes.bfloat16), ValueError, "K must be a multiple of 16, got 1000"),
     ],
 )
@@ -509,7 +518,6 @@ def test_subnormal_tensor_sf_follows_the_formulas():
 
 # ---------------------------------------------------------- dequantize_nvfp4
 
-R3 = 0x3EAAAAAB  # float32(1/3)
 # e2m1 values 0..6 times d = float32(1/3), rounded to float32 (see the test).
 THIRDS_F32 = [0x00000000, 0x3E2AAAAB, 0x3EAAAAAB, 0x3F000000, 0x3F2AAAAB, 0x3F800000, 0x3FAAAAAB, 0x40000000]
 THIRDS_BF16 = [0x0000, 0x3E2B, 0x3EAB, 0x3F00, 0x3F2B, 0x3F80, 0x3FAB, 0x4000]
@@ -564,7 +572,9 @@ def test_dequantize_validation():
     assert str(err.value) == "K = 2 * q.shape[-1] must be a multiple of 16, got 24"
     with pytest.raises(ValueError) as err:
         dequantize_nvfp4(q, np.zeros((2, 2), np.uint8), 1.0, sf_layout="linear")
-    assert str(err.value) == "sf must have shape q.shape[:-1] + (G,) = (2, 1) for sf_layout='linear', got (2, 2)"
+    assert str(err.value) == (
+        "sf must have shape q.shape[:-1] + (G,) = (2, 1) for sf_layout='linear', got (2, 2)"
+    )
     with pytest.raises(ValueError, match=r"swizzled must have shape \(1, 1, 32, 4, 4\) for m=2, groups=1"):
         dequantize_nvfp4(q, np.zeros((2, 1, 32, 4, 4), np.uint8), 1.0)
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'bfloat16', got 'float16'"):
@@ -624,7 +634,8 @@ def mx_linear(values, mode):
         # amax 12: floor(log2 12) - 2 = 1; t = 12 * R6 = 2.0 exactly -> e = 1. 12 * 0.5 = 6 (7).
         ([12], "floor", 0x80, [0x07, 0x00]),
         ([12], "rceil", 0x80, [0x07, 0x00]),
-        # amax 12.0625: floor e = 1 (12.0625 * 0.5 = 6.03 saturates to 7); rceil t = 2.0104 -> e = 2 (3.02 -> 3, code 5).
+        # amax 12.0625: floor e = 1 (12.0625 * 0.5 = 6.03 saturates to 7);
+        # rceil t = 2.0104 -> e = 2 (12.0625 * 0.25 = 3.02 -> 3, code 5).
         ([12.0625], "floor", 0x80, [0x07, 0x00]),
         ([12.0625], "rceil", 0x81, [0x05, 0x00]),
         # amax 0 -> 0x00 (e = -127), zeros stay zero.
@@ -759,7 +770,8 @@ def test_dequantize_error_bound(seed, exponent, tsf_shift):
     # |x/d| (1 + 2**-20) to cover e, plus y's own float32 rounding (2**-24 |y|).
     u = np.where(zero, 0, np.abs(xf) / np.where(zero, 1, d))
     u_hi = u * (1 + 2.0**-20)
-    bound = d * (_half_step(np.minimum(u_hi, 6)) + np.maximum(u_hi - 6, 0)) + 2.0**-22 * (np.abs(xf) + np.abs(y))
+    grid_error = _half_step(np.minimum(u_hi, 6)) + np.maximum(u_hi - 6, 0)
+    bound = d * grid_error + 2.0**-22 * (np.abs(xf) + np.abs(y))
     assert np.all(zero | (np.abs(y - xf) <= bound))
 
     # A normal, unsaturated e4m3 scale is within 2**-4 of s = tsf amax / 6,
