@@ -83,11 +83,14 @@ def as_input(x, name: str = "x", allowed=("bfloat16", "float16")) -> InputView:
     cols = shape[-1]
     if cols % 16:
         raise ValueError(f"K (the last dimension of {name}) must be a multiple of 16, got {cols}")
+    rows = math.prod(shape[:-1])
+    if rows == 0 or cols == 0:
+        # Nothing is read, so strides do not matter (CuPy reports 0 for empty arrays).
+        return InputView(arr, shape[:-1], rows, cols, cols, dtype, arr.device.id)
     if cols > 1 and strides[-1] != itemsize:
         raise ValueError(
             f"the last dimension of {name} must be contiguous (stride {itemsize} bytes), got stride {strides[-1]}"
         )
-    rows = math.prod(shape[:-1])
     row_stride = strides[-2] // itemsize if shape[-2] > 1 else cols
     if strides[-2] % itemsize or (shape[-2] > 1 and row_stride < cols):
         raise ValueError(f"the rows of {name} must not overlap: row stride {strides[-2]} bytes for K={cols}")
