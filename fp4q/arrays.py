@@ -55,16 +55,18 @@ def _as_cupy(x, name: str):
     if isinstance(x, np.ndarray) or np.isscalar(x):
         raise TypeError(f"{name} must be a CUDA array (CuPy, or any __dlpack__/__cuda_array_interface__ object), got a host {type(x).__name__}")
     errors = []
-    if hasattr(x, "__cuda_array_interface__"):
-        try:
-            return cupy.asarray(x)
-        except Exception as exc:  # noqa: BLE001 - e.g. torch raises for bfloat16 here; DLPack may still work
-            errors.append(f"__cuda_array_interface__: {exc}")
+    # DLPack first: it names bfloat16, where the array interface has only an
+    # anonymous two-byte type ("<V2").
     if hasattr(x, "__dlpack__"):
         try:
             return cupy.from_dlpack(x)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - fall back to the array interface
             errors.append(f"__dlpack__: {exc}")
+    if hasattr(x, "__cuda_array_interface__"):
+        try:
+            return cupy.asarray(x)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"__cuda_array_interface__: {exc}")
     detail = "; ".join(errors) if errors else "it has neither __dlpack__ nor __cuda_array_interface__"
     raise TypeError(f"{name} must be a CUDA array, got {type(x).__name__} ({detail})")
 

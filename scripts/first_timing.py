@@ -1,4 +1,8 @@
-"""First timing of the quantizer next to a same-bytes device copy (kernel bring-up)."""
+"""Quick timing of every shipped config next to a same-bytes device copy.
+
+Device time only (launches are queued behind a spin kernel); host time per
+call is reported separately.
+"""
 
 from __future__ import annotations
 
@@ -13,26 +17,33 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import fp4q  # noqa: E402
 from fp4q.variants import SHIPPED  # noqa: E402
-from timing import copy_bytes, copy_fn, time_fn  # noqa: E402
+from timing import copy_bytes, copy_fn, host_us_per_call, time_fn  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="8192x8192,16x4096,4096x7168,1024x4096")
+    parser.add_argument("--configs", default="all")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
+    configs = [("default", None), *SHIPPED.items()]
+    if args.configs != "all":
+        configs = [(n, c) for n, c in configs if n in args.configs.split(",")]
     print(f"{'shape':>12} {'config':>28} {'us':>8} {'copy us':>8} {'% copy':>7} {'TB/s':>6}")
     for shape in args.shapes.split(","):
         m, k = map(int, shape.split("x"))
         x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
         q = cp.empty((m, k // 2), cp.uint8)
+        sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
         copy = time_fn(copy_fn(m, k))
         moved = sum(copy_bytes(m, k))
-        for name, cfg in [("default", None), *SHIPPED.items()]:
-            sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
+        for name, cfg in configs:
             t = time_fn(lambda: fp4q.quantize_nvfp4(x, 1.0, out=q, sf_out=sf, config=cfg))
             print(f"{shape:>12} {name:>28} {t.median_us:8.2f} {copy.median_us:8.2f} "
                   f"{100 * copy.median_us / t.median_us:6.1f}% {moved / t.median_us / 1e6:6.2f}", flush=True)
+        host = host_us_per_call(lambda: fp4q.quantize_nvfp4(x, 1.0, out=q, sf_out=sf))
+        host_alloc = host_us_per_call(lambda: fp4q.quantize_nvfp4(x, 1.0))
+        print(f"{shape:>12} host us/call: {host:.1f} with out=, {host_alloc:.1f} allocating", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,22 +31,62 @@ def flush_l2() -> None:
     _flush_buf.fill(0)
 
 
+_SPIN = None
+
+
+def _spin(microseconds: float) -> None:
+    """Occupy the stream for a while so that everything enqueued after it
+    runs back to back on the GPU, whatever the host's launch overhead."""
+    global _SPIN
+    if _SPIN is None:
+        _SPIN = cp.RawKernel(
+            r"""
+            extern "C" __global__ void fp4q_spin(long long ns) {
+                long long start, now;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+                do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+            }""",
+            "fp4q_spin",
+        )
+    _SPIN((1,), (1,), (cp.int64(int(microseconds * 1000)),))
+
+
 def time_fn(fn, *, warmup: int = 5, reps: int = 50, flush: bool = True) -> Timing:
-    """Median and min of ``reps`` single-launch timings of ``fn`` on the current stream."""
+    """Median and min device time of ``fn`` (one or more launches on the current stream).
+
+    All repetitions are enqueued behind a spin kernel, so host overhead never
+    shows as device time; each is bracketed by its own events and, with
+    ``flush``, preceded by an L2 flush.
+    """
     for _ in range(warmup):
         fn()
     stream = cp.cuda.get_current_stream()
-    samples = []
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(reps):
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
+    _spin(300.0 * reps + 2000.0)
+    for start, end in events:
         if flush:
             flush_l2()
         start.record(stream)
         fn()
         end.record(stream)
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+    events[-1][1].synchronize()
+    samples = [cp.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events]
     return Timing(statistics.median(samples), min(samples), len(samples))
+
+
+def host_us_per_call(fn, calls: int = 2000) -> float:
+    """Host (Python) time per call of ``fn`` with warm caches, in microseconds."""
+    import time
+
+    for _ in range(50):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    cp.cuda.get_current_stream().synchronize()
+    return elapsed / calls * 1e6
 
 
 def copy_bytes(m: int, k: int) -> tuple[int, int]:
