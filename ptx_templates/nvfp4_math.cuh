@@ -13,17 +13,22 @@ FP4Q_DEVICE float input_lo(u32 w) { return f32_from_bits(w << 16); }
 FP4Q_DEVICE float input_hi(u32 w) { return f32_from_bits(w & 0xFFFF0000u); }
 #endif
 
-// NaN-dropping max of |x| over 2*N packed elements, starting from 0 so that
-// an all-NaN group gives 0 (spec step 2).
+// NaN-dropping max of |x| over 2*N packed elements (spec step 2). The
+// reduction runs on packed pairs (exact: max only compares); the last step
+// starts from 0 so that an all-NaN group gives 0.
+#if FP4Q_INPUT_FP16
+FP4Q_DEVICE u32 max_x2(u32 a, u32 b) { return max_f16x2(a, b); }
+#else
+FP4Q_DEVICE u32 max_x2(u32 a, u32 b) { return max_bf16x2(a, b); }
+#endif
+
 template <int N>
 FP4Q_DEVICE float amax_packed(const u32 (&w)[N]) {
-    float m = 0.0f;
+    constexpr u32 magnitude = 0x7FFF7FFFu;
+    u32 m = w[0] & magnitude;
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-        m = max_f32(m, abs_f32(input_lo(w[i])));
-        m = max_f32(m, abs_f32(input_hi(w[i])));
-    }
-    return m;
+    for (int i = 1; i < N; ++i) m = max_x2(m, w[i] & magnitude);
+    return max_f32(max_f32(0.0f, input_lo(m)), input_hi(m));
 }
 
 // ---------------------------------------------------------------- scales
@@ -46,7 +51,14 @@ FP4Q_DEVICE u32 nvfp4_scale_pair(float amax_a, float amax_b, float tensor_sf,
 
 // ---------------------------------------------------------------- e2m1
 #if defined(FP4Q_HAS_CVT_E2M1)
-FP4Q_DEVICE u32 e2m1x2(float hi, float lo) { return cvt_rn_satfinite_e2m1x2_f32(hi, lo); }
+// Eight floats to a word of eight e2m1 codes (spec step 6), v[0] in the
+// low nibble.
+FP4Q_DEVICE u32 e2m1x8(const float (&v)[8]) {
+    u32 word = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) word |= cvt_rn_satfinite_e2m1x2_f32(v[2 * i + 1], v[2 * i]) << (8 * i);
+    return word;
+}
 #else
 // Software e2m1 (sm_90 has no conversion instruction). The e2m1 grid has
 // step 0.5 below 2, 1 below 4 and 2 above, so the code of |v| is
@@ -55,29 +67,38 @@ FP4Q_DEVICE u32 e2m1x2(float hi, float lo) { return cvt_rn_satfinite_e2m1x2_f32(
 // one fma/add onto the integer grid of M = 1.5 * 2^23, which rounds to
 // nearest even exactly once and leaves the integer in the low mantissa bits.
 // NaN: every branch is NaN, and min() drops NaN in favour of M + 7 (code 7).
-FP4Q_DEVICE u32 e2m1_code(float v) {
+// Returns bits(M) + code + 8 * sign.
+FP4Q_DEVICE u32 e2m1_biased(float v) {
     const float m = 12582912.0f;
     const float a = abs_f32(v);
     const float t0 = fma_rn(a, 2.0f, m);
     const float t1 = add_rn(a, m + 2.0f);
     const float t2 = fma_rn(a, 0.5f, m + 4.0f);
     const float t = min_f32(min_f32(t0, t1), min_f32(t2, m + 7.0f));
-    // The product that made v is a canonical (positive) NaN when NaN, so
-    // its sign bit is the spec's sign for every input.
-    return (f32_bits(t) & 7u) | ((f32_bits(v) >> 28) & 8u);
+    // v is always a product, and a NaN product is the canonical positive
+    // NaN, so v's sign bit is the spec's sign for every input. Bit 3 of
+    // bits(t) is clear (code <= 7), so OR-ing the sign in is adding 8.
+    return f32_bits(t) | ((f32_bits(v) >> 28) & 8u);
 }
 
-FP4Q_DEVICE u32 e2m1x2(float hi, float lo) { return e2m1_code(lo) | (e2m1_code(hi) << 4); }
+// Eight floats to a word of eight e2m1 codes, v[0] in the low nibble. The
+// biased codes are combined by multiply-adds (Horner in base 16) and the
+// bias removed once, which keeps the packing off the integer logic pipe.
+FP4Q_DEVICE u32 e2m1x8(const float (&v)[8]) {
+    constexpr u32 bias = 0x4B400000u * 0x11111111u;  // bits(M) in every nibble, mod 2^32
+    u32 acc = 0;
+#pragma unroll
+    for (int i = 7; i >= 0; --i) acc = acc * 16u + e2m1_biased(v[i]);
+    return acc - bias;
+}
 #endif
 
-// Eight packed inputs times `inv` to one word of eight e2m1 codes (spec
-// step 6), element 0 in the low nibble.
+// Eight packed inputs times `inv` to one word of eight e2m1 codes.
 FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
-    const u32 b0 = e2m1x2(mul_rn(input_hi(w0), inv), mul_rn(input_lo(w0), inv));
-    const u32 b1 = e2m1x2(mul_rn(input_hi(w1), inv), mul_rn(input_lo(w1), inv));
-    const u32 b2 = e2m1x2(mul_rn(input_hi(w2), inv), mul_rn(input_lo(w2), inv));
-    const u32 b3 = e2m1x2(mul_rn(input_hi(w3), inv), mul_rn(input_lo(w3), inv));
-    return b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+    const float v[8] = {mul_rn(input_lo(w0), inv), mul_rn(input_hi(w0), inv), mul_rn(input_lo(w1), inv),
+                        mul_rn(input_hi(w1), inv), mul_rn(input_lo(w2), inv), mul_rn(input_hi(w2), inv),
+                        mul_rn(input_lo(w3), inv), mul_rn(input_hi(w3), inv)};
+    return e2m1x8(v);
 }
 
 // One chunk of 64 elements (four groups of 16) of a row: 32 packed input

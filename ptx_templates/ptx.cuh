@@ -66,6 +66,19 @@ FP4Q_DEVICE float min_f32(float a, float b) {
     return d;
 }
 
+// Packed maxima of two 16-bit floats; like max.f32, a NaN lane loses.
+FP4Q_DEVICE u32 max_bf16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+FP4Q_DEVICE u32 max_f16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
 FP4Q_DEVICE float abs_f32(float a) {
     float d;
     asm("abs.f32 %0, %1;" : "=f"(d) : "f"(a));

@@ -1,0 +1,295 @@
+"""Rendering: config -> one self-contained CUDA translation unit."""
+
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from fp4q import codegen
+from fp4q.codegen import KernelSource, expand_includes, render, render_numerics_probe, templates_dir
+from fp4q.config import QuantizeConfig, SimtConfig, Swizzle
+
+S = Swizzle
+REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
+TEMPLATES = ("ptx.cuh", "nvfp4_math.cuh", "quantize_nvfp4_tma.cu", "quantize_nvfp4_simt.cu", "numerics_probe.cu")
+
+
+def code_lines(source: str) -> list[str]:
+    """The source without whole-line comments (the config summary is one)."""
+    return [line for line in source.splitlines() if not line.lstrip().startswith("//")]
+
+
+def defines(source: str) -> dict[str, str]:
+    return dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+
+
+def constants(source: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"^constexpr int (\w+) = (-?\d+);$", source, re.M)}
+
+
+@pytest.fixture
+def fresh_template_cache():
+    codegen._read_template.cache_clear()
+    yield
+    codegen._read_template.cache_clear()
+
+
+# --- templates_dir and includes ---------------------------------------------------------------------------------
+
+
+def test_templates_dir_finds_ptx_templates():
+    d = templates_dir()
+    assert d.resolve() == REPO_TEMPLATES.resolve()
+    for name in TEMPLATES:
+        assert (d / name).is_file(), name
+
+
+def test_templates_dir_missing_raises(monkeypatch, tmp_path):
+    # Pretend codegen.py lives in a checkout without ptx_templates.
+    monkeypatch.setattr(codegen, "__file__", str(tmp_path / "fp4q" / "codegen.py"))
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "ptx_templates"))):
+        templates_dir()
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_expand_includes_inlines_everything_once(name):
+    text = expand_includes(name)
+    assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
+    assert not re.search(r"^\s*#\s*pragma\s+once", text, re.M)
+    # ptx.cuh is reached through nvfp4_math.cuh and must be inlined exactly once
+    assert text.count("typedef unsigned char u8;") == 1
+    assert text.endswith("\n")
+
+
+def test_expand_includes_puts_headers_before_their_users():
+    text = expand_includes("quantize_nvfp4_tma.cu")
+    ptx = text.index("FP4Q_DEVICE float mul_rn(")
+    math = text.index("FP4Q_DEVICE u32 nvfp4_scale_pair(")
+    kernel = text.index('extern "C" __global__')
+    assert ptx < math < kernel
+
+
+def test_expand_includes_does_not_loop_on_cycles(monkeypatch, tmp_path, fresh_template_cache):
+    (tmp_path / "a.cuh").write_text('#pragma once\n#include "b.cuh"\nint a;\n')
+    (tmp_path / "b.cuh").write_text('#include "a.cuh"\nint b;\n')
+    monkeypatch.setattr(codegen, "templates_dir", lambda: tmp_path)
+    assert expand_includes("a.cuh") == "int b;\nint a;\n"
+
+
+# --- render: TMA ------------------------------------------------------------------------------------------------
+
+CONFIGS = {
+    "default": QuantizeConfig(),
+    "k256": QuantizeConfig(tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2),
+    "m256": QuantizeConfig(tile_m=256, num_stages=2),
+    "wg3_noswz": QuantizeConfig(tile_k=192, output_box_k=96, output_swizzle=S.NONE, consumer_warpgroups=3),
+    "linear_ptr_fp16": QuantizeConfig(sf_layout="linear", tensor_sf_mode="pointer", input_dtype="float16"),
+    "no_setmaxnreg_sm100": QuantizeConfig(setmaxnreg=False, arch="sm_100a"),
+    "2cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1,
+                           min_ctas_per_sm=2, out_buffers=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_render_tma_is_self_contained(name):
+    src = render(CONFIGS[name])
+    assert isinstance(src, KernelSource)
+    assert src.kernel_name == "fp4q_quantize_nvfp4_tma"
+    assert src.arch == CONFIGS[name].arch
+    assert not re.search(r'^\s*#\s*include\s+"', src.source, re.M)
+    assert not re.search(r"^\s*#\s*include", src.source, re.M)  # no include of any kind
+    assert not re.search(r"#\s*pragma\s+once", src.source)
+    assert f'extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)\n{src.kernel_name}(' in src.source
+    assert src.source.count("typedef unsigned char u8;") == 1
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_render_tma_constants(name):
+    cfg = CONFIGS[name]
+    src = render(cfg).source
+    got = constants(src)
+    smem = cfg.smem
+    want = {
+        "TILE_M": cfg.tile_m, "TILE_K": cfg.tile_k, "IN_BOX_K": cfg.input_box_k, "IN_SWIZZLE": cfg.input_swizzle.value,
+        "OUT_BOX_K": cfg.output_box_k, "OUT_SWIZZLE": cfg.output_swizzle.value, "NUM_STAGES": cfg.num_stages,
+        "NUM_OUT_BUFFERS": cfg.out_buffers, "CONSUMER_THREADS": cfg.consumer_threads,
+        "MIN_CTAS_PER_SM": cfg.min_ctas_per_sm, "OFF_IN": smem.input, "OFF_Q": smem.q, "OFF_SF": smem.sf,
+        "OFF_BARRIERS": smem.barriers,
+    }
+    if cfg.setmaxnreg:
+        want["PRODUCER_REGS"], want["CONSUMER_REGS"] = cfg.register_split
+    assert got == want
+    # each constant is defined before the template that uses it
+    first_use = src.index("constexpr int THREADS = 128 + CONSUMER_THREADS;")
+    for key in want:
+        assert src.index(f"constexpr int {key} = ") < first_use
+
+
+def test_render_tma_literal_constants():
+    src = render(CONFIGS["k256"]).source
+    assert "constexpr int TILE_K = 256;" in src
+    assert "constexpr int OUT_BOX_K = 128;" in src
+    assert "constexpr int OUT_SWIZZLE = 128;" in src
+    assert "constexpr int NUM_STAGES = 2;" in src
+    src = render(CONFIGS["wg3_noswz"]).source
+    assert "constexpr int OUT_SWIZZLE = 0;" in src and "constexpr int CONSUMER_THREADS = 384;" in src
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_render_tma_flags(name):
+    cfg = CONFIGS[name]
+    d = defines(render(cfg).source)
+    assert d["FP4Q_SF_SWIZZLED"] == ("1" if cfg.sf_layout == "swizzled" else "0")
+    assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if cfg.tensor_sf_mode == "pointer" else "0")
+    assert d["FP4Q_INPUT_FP16"] == ("1" if cfg.input_dtype == "float16" else "0")
+    assert d["FP4Q_SETMAXNREG"] == ("1" if cfg.setmaxnreg else "0")
+    if cfg.arch == "sm_100a":
+        assert d["FP4Q_HAS_CVT_E2M1"] == "1"
+    else:
+        assert "FP4Q_HAS_CVT_E2M1" not in d
+
+
+def test_render_without_setmaxnreg_has_no_register_constants():
+    src = render(QuantizeConfig(setmaxnreg=False)).source
+    assert "PRODUCER_REGS =" not in src and "CONSUMER_REGS =" not in src
+    assert "#define FP4Q_SETMAXNREG 0" in src
+
+
+@pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100a", True)])
+def test_cvt_e2m1_flag_only_for_sm_100a(arch, has):
+    for cfg in (QuantizeConfig(arch=arch), SimtConfig(arch=arch)):
+        src = render(cfg).source
+        assert ("#define FP4Q_HAS_CVT_E2M1 1" in src) is has
+        assert render(cfg).arch == arch
+
+
+def test_render_summarises_the_config_in_the_first_line():
+    first = render(QuantizeConfig(num_stages=3)).source.splitlines()[0]
+    assert first.startswith("// fp4q generated: QuantizeConfig(")
+    assert "num_stages=3" in first and "arch='sm_90a'" in first and "input_swizzle=<Swizzle.B128: 128>" in first
+
+
+# --- render: SIMT -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [64, 256, 1024])
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("mode", ["value", "pointer"])
+def test_render_simt(threads, layout, mode):
+    cfg = SimtConfig(threads=threads, sf_layout=layout, tensor_sf_mode=mode, input_dtype="float16")
+    src = render(cfg)
+    assert src.kernel_name == "fp4q_quantize_nvfp4_simt" and src.arch == "sm_90a"
+    assert constants(src.source) == {"SIMT_THREADS": threads}
+    d = defines(src.source)
+    assert d["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
+    assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if mode == "pointer" else "0")
+    assert d["FP4Q_INPUT_FP16"] == "1"
+    assert "FP4Q_SETMAXNREG" not in d
+    assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
+    assert 'extern "C" __global__ void __launch_bounds__(SIMT_THREADS)' in src.source
+
+
+# --- determinism and sensitivity --------------------------------------------------------------------------------
+
+
+def test_equal_configs_render_identical_sources():
+    a = render(QuantizeConfig(num_stages=2, input_swizzle=128))
+    b = render(QuantizeConfig(num_stages=2, input_swizzle=S.B128))
+    assert a == b
+    assert render(SimtConfig()) == render(SimtConfig(threads=256))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2),
+        dict(tile_m=256, num_stages=2),
+        dict(num_stages=3),
+        dict(out_buffers=3),
+        dict(consumer_warpgroups=1),
+        dict(input_box_k=32, input_swizzle=S.B64),
+        dict(output_box_k=32, output_swizzle=S.B32),
+        dict(min_ctas_per_sm=1, setmaxnreg=False),
+        dict(sf_layout="linear"),
+        dict(tensor_sf_mode="pointer"),
+        dict(input_dtype="float16"),
+        dict(arch="sm_100a"),
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
+def test_code_affecting_fields_change_the_code(changes):
+    base = render(QuantizeConfig())
+    other = render(QuantizeConfig(**changes))
+    assert other.source != base.source
+    # not only in the summary comment: the compiled text differs
+    assert code_lines(other.source) != code_lines(base.source)
+
+
+def test_persistent_changes_only_the_summary():
+    # persistent only changes the launch grid, the kernel code is the same
+    a, b = render(QuantizeConfig()), render(QuantizeConfig(persistent=False))
+    assert a.source != b.source
+    assert code_lines(a.source) == code_lines(b.source)
+
+
+def test_all_distinct_configs_render_distinct_sources():
+    cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100a")]
+    sources = [render(c) for c in cfgs]
+    assert len(set(sources)) == len(cfgs)
+
+
+def test_header_edit_changes_rendered_text(monkeypatch, tmp_path, fresh_template_cache):
+    before = render(QuantizeConfig())
+    copy = tmp_path / "ptx_templates"
+    shutil.copytree(REPO_TEMPLATES, copy)
+    header = copy / "ptx.cuh"
+    header.write_text(header.read_text().replace("typedef unsigned char u8;", "typedef unsigned char u8;  // edited"))
+    monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
+    # the lru cache still holds the old text until cleared
+    assert render(QuantizeConfig()) == before
+    codegen._read_template.cache_clear()
+    after = render(QuantizeConfig())
+    assert after.source != before.source
+    assert "typedef unsigned char u8;  // edited" in after.source
+    assert after.source.replace("  // edited", "") == before.source
+    # every kernel that includes ptx.cuh sees the edit
+    assert "// edited" in render(SimtConfig()).source
+    assert "// edited" in render_numerics_probe("sm_90a").source
+
+
+def test_template_edit_of_the_kernel_changes_rendered_text(monkeypatch, tmp_path, fresh_template_cache):
+    before = render(SimtConfig())
+    copy = tmp_path / "t"
+    shutil.copytree(REPO_TEMPLATES, copy)
+    kernel = copy / "quantize_nvfp4_simt.cu"
+    kernel.write_text(kernel.read_text() + "\n// trailing edit\n")
+    monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
+    codegen._read_template.cache_clear()
+    assert render(SimtConfig()).source == before.source + "\n// trailing edit\n"
+
+
+@pytest.mark.parametrize("bad", [None, "sm_90a", {"tile_k": 128}, 1, object(), QuantizeConfig])
+def test_render_wrong_type_raises_type_error(bad):
+    with pytest.raises(TypeError, match="config must be a QuantizeConfig or SimtConfig, got"):
+        render(bad)
+
+
+# --- numerics probe ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_render_numerics_probe(arch):
+    src = render_numerics_probe(arch)
+    assert src.kernel_name == "fp4q_numerics_probe" and src.arch == arch
+    assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
+    assert 'extern "C" __global__ void fp4q_numerics_probe(' in src.source
+    d = defines(src.source)
+    assert d["FP4Q_INPUT_FP16"] == "0"
+    assert ("FP4Q_HAS_CVT_E2M1" in d) is (arch == "sm_100a")
+    # the numerics header is present exactly once
+    assert src.source.count("FP4Q_DEVICE u32 nvfp4_scale_pair(") == 1
+
+
+def test_numerics_probe_differs_by_arch():
+    assert render_numerics_probe("sm_90a").source != render_numerics_probe("sm_100a").source

@@ -1,0 +1,274 @@
+"""ptx.cuh: every wrapper compiles for each target and is named after the PTX instruction it wraps."""
+
+import re
+
+import pytest
+
+from fp4q import compiler
+from fp4q.cache import BinaryCache
+from fp4q.codegen import KernelSource, expand_includes
+from fp4q.compiler import CompileError, compile_source
+
+HEADER = expand_includes("ptx.cuh")
+
+# wrapper -> the PTX instruction it is named after (dotted prefix of the mnemonic in its asm)
+MNEMONICS = {
+    "mul_rn": "mul.rn.f32",
+    "fma_rn": "fma.rn.f32",
+    "add_rn": "add.rn.f32",
+    "rcp_rn": "rcp.rn.f32",
+    "max_f32": "max.f32",
+    "min_f32": "min.f32",
+    "abs_f32": "abs.f32",
+    "max_bf16x2": "max.bf16x2",
+    "max_f16x2": "max.f16x2",
+    "cvt_rn_satfinite_e4m3x2_f32": "cvt.rn.satfinite.e4m3x2.f32",
+    "cvt_rn_f16x2_e4m3x2": "cvt.rn.f16x2.e4m3x2",
+    "cvt_f32_f16": "cvt.f32.f16",
+    "cvt_rn_satfinite_e2m1x2_f32": "cvt.rn.satfinite.e2m1x2.f32",
+    "mbarrier_init": "mbarrier.init",
+    "fence_mbarrier_init": "fence.mbarrier_init",
+    "mbarrier_arrive": "mbarrier.arrive",
+    "mbarrier_arrive_expect_tx": "mbarrier.arrive.expect_tx",
+    "mbarrier_try_wait_parity": "mbarrier.try_wait.parity",
+    "prefetch_tensormap": "prefetch.tensormap",
+    "cp_async_bulk_tensor_2d_global_to_shared": "cp.async.bulk.tensor.2d",
+    "cp_async_bulk_tensor_2d_shared_to_global": "cp.async.bulk.tensor.2d",
+    "cp_async_bulk_tensor_4d_shared_to_global": "cp.async.bulk.tensor.4d",
+    "cp_async_bulk_commit_group": "cp.async.bulk.commit_group",
+    "cp_async_bulk_wait_group_read": "cp.async.bulk.wait_group.read",
+    "cp_async_bulk_wait_group": "cp.async.bulk.wait_group",
+    "fence_proxy_async_shared_cta": "fence.proxy.async.shared::cta",
+    "bar_sync": "bar.sync",
+    "griddepcontrol_wait": "griddepcontrol.wait",
+    "griddepcontrol_launch_dependents": "griddepcontrol.launch_dependents",
+    "setmaxnreg_inc": "setmaxnreg.inc",
+    "setmaxnreg_dec": "setmaxnreg.dec",
+    "ld_shared_v4": "ld.shared.v4",
+    "st_shared_v4": "st.shared.v4",
+    "st_shared_u32": "st.shared.u32",
+    "ld_global_f32": "ld.global.f32",
+}
+# helpers that wrap no PTX instruction of their own
+HELPERS = {"f32_bits", "f32_from_bits", "smem_addr", "mbarrier_wait_parity"}
+# wrappers being added to ptx.cuh while these tests were written: called only when the header defines them
+OPTIONAL_CALLS = {
+    "max_bf16x2": "    bits ^= max_bf16x2(e4, h2);\n",
+    "max_f16x2": "    bits ^= max_f16x2(h2, bits);\n",
+}
+
+KERNEL = r"""
+extern "C" __global__ void __launch_bounds__(384, 1)
+fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ TensorMap q_map,
+             const __grid_constant__ TensorMap sf_map, const float* __restrict__ x,
+             float* __restrict__ y, u32* __restrict__ z) {
+    alignas(1024) __shared__ u8 buf[8192];
+    __shared__ u64 bars[2];
+    const float a = ld_global_f32(x + threadIdx.x);
+    const float b = x[threadIdx.x + 1];
+    float r = mul_rn(a, b);
+    r = fma_rn(r, a, b);
+    r = add_rn(r, a);
+    r = rcp_rn(r);
+    r = max_f32(r, a);
+    r = min_f32(r, b);
+    r = abs_f32(r);
+    const u32 e4 = cvt_rn_satfinite_e4m3x2_f32(a, b);
+    const u32 h2 = cvt_rn_f16x2_e4m3x2(e4);
+    r = add_rn(r, cvt_f32_f16(static_cast<u16>(h2)));
+    u32 bits = f32_bits(r) ^ e4;
+    r = f32_from_bits(bits ^ 1u);
+/*OPTIONAL_CALLS*/
+#if defined(FP4Q_HAS_CVT_E2M1)
+    bits ^= cvt_rn_satfinite_e2m1x2_f32(a, b);
+#endif
+    if (threadIdx.x == 0) {
+        mbarrier_init(&bars[0], 1);
+        mbarrier_init(&bars[1], 256);
+        fence_mbarrier_init();
+        prefetch_tensormap(&in_map);
+    }
+    __syncthreads();
+    griddepcontrol_wait();
+    if (threadIdx.x < 128) {
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(&bars[0], 4096);
+            cp_async_bulk_tensor_2d_global_to_shared(buf, &in_map, 0, 0, &bars[0]);
+            mbarrier_wait_parity(&bars[0], 0);
+            z[0] = mbarrier_try_wait_parity(&bars[1], 0) ? 1u : 0u;
+        }
+        return;
+    }
+    setmaxnreg_inc<232>();
+    const int t = threadIdx.x - 128;
+    st_shared_v4(buf + 4096 + 16 * (t % 64), bits, e4, h2, static_cast<u32>(t));
+    st_shared_u32(buf + 4096 + 4 * t, bits);
+    u32 p0, p1, p2, p3;
+    ld_shared_v4(buf + 16 * (t % 64), p0, p1, p2, p3);
+    mbarrier_arrive(&bars[1]);
+    fence_proxy_async_shared_cta();
+    bar_sync(1, 256);
+    if (t == 0) {
+        prefetch_tensormap(&q_map);
+        cp_async_bulk_tensor_2d_shared_to_global(&q_map, 0, 0, buf + 4096);
+        cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, 0, 0, buf + 6144);
+        cp_async_bulk_commit_group();
+        cp_async_bulk_wait_group_read<0>();
+        cp_async_bulk_wait_group<0>();
+    }
+    griddepcontrol_launch_dependents();
+    y[threadIdx.x] = r;
+    z[threadIdx.x + 1] = bits ^ p0 ^ p1 ^ p2 ^ p3;
+}
+"""
+
+def defined_wrappers(text: str) -> list[str]:
+    return re.findall(r"^FP4Q_DEVICE\s+[\w:]+\s+(\w+)\(", text, re.M)
+
+
+DEFINED = defined_wrappers(HEADER)
+KERNEL = KERNEL.replace("/*OPTIONAL_CALLS*/\n", "".join(c for n, c in OPTIONAL_CALLS.items() if n in DEFINED))
+TARGETS = [("sm_90a", False), ("sm_100a", False), ("sm_100a", True)]
+TARGET_IDS = ["sm_90a", "sm_100a", "sm_100a-cvt_e2m1"]
+
+
+def kernel_source(arch: str, e2m1: bool) -> KernelSource:
+    prefix = "#define FP4Q_HAS_CVT_E2M1 1\n" if e2m1 else ""
+    return KernelSource("fp4q_ptx_all", prefix + HEADER + KERNEL, arch)
+
+
+def body_of(name: str) -> str:
+    """The text of wrapper ``name`` in ptx.cuh, signature to closing brace."""
+    m = re.search(rf"^FP4Q_DEVICE\s+[\w:]+\s+{name}\(", HEADER, re.M)
+    assert m, name
+    line_end = HEADER.index("\n", m.start())
+    if HEADER[m.start():line_end].rstrip().endswith("}"):
+        return HEADER[m.start():line_end]
+    return HEADER[m.start():HEADER.index("\n}", m.start()) + 2]
+
+
+def norm(mnemonic: str) -> str:
+    return mnemonic.replace("::", "_").replace(".", "_")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return BinaryCache(tmp_path_factory.mktemp("fp4q-ptx-cache"))
+
+
+def to_ptx(src: KernelSource) -> str:
+    """PTX of ``src`` for the virtual arch of its target (to check the instructions survive)."""
+    nvrtc = compiler._nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(src.source.encode(), b"ptx_all.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    try:
+        opts = [f"--gpu-architecture=compute_{src.arch[3:]}".encode(), b"-std=c++17", b"--fmad=false"]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, buf)
+        return buf.rstrip(b"\x00").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+# --- the wrapper list -------------------------------------------------------------------------------------------
+
+
+def test_every_wrapper_is_known():
+    # a new wrapper needs an entry in MNEMONICS (and a call in KERNEL) before this passes
+    assert len(DEFINED) == len(set(DEFINED)), "a wrapper is defined twice"
+    assert set(DEFINED) <= set(MNEMONICS) | HELPERS, set(DEFINED) - set(MNEMONICS) - HELPERS
+    assert (set(MNEMONICS) | HELPERS) - set(OPTIONAL_CALLS) <= set(DEFINED)
+
+
+def test_every_wrapper_is_called_by_the_test_kernel():
+    for name in set(DEFINED) - {"smem_addr"}:  # smem_addr is used by the shared-memory wrappers
+        assert re.search(rf"\b{name}\s*(<[^>]*>)?\(", KERNEL), name
+
+
+@pytest.mark.parametrize("name", sorted(set(MNEMONICS) & set(DEFINED)))
+def test_wrapper_is_named_after_its_instruction(name):
+    mnemonic = MNEMONICS[name]
+    body = body_of(name)
+    assert mnemonic in HEADER
+    asm = "".join(re.findall(r'"([^"]*)"', body))  # the asm string literals of this wrapper
+    assert "asm" in body and mnemonic in asm, (name, body)
+    # the name spells the instruction: mul_rn for mul.rn.f32, cp_async_bulk_tensor_2d_... for cp.async.bulk.tensor.2d
+    assert name.startswith(norm(mnemonic)) or norm(mnemonic).startswith(name), (name, mnemonic)
+    # copy direction in the name matches the PTX operand order (.dst.src)
+    direction = re.search(r"_(global|shared)_to_(global|shared)$", name)
+    if direction:
+        src, dst = direction.groups()
+        assert re.search(rf"{re.escape(mnemonic)}\.{dst}(::\w+)?\.{src}\b", asm), (name, asm)
+
+
+def test_wrappers_do_not_use_a_longer_instruction_than_their_name():
+    assert "expect_tx" not in body_of("mbarrier_arrive")
+    assert ".read" not in body_of("cp_async_bulk_wait_group")
+    assert "satfinite" not in body_of("cvt_rn_f16x2_e4m3x2")
+
+
+@pytest.mark.parametrize("name", sorted(HELPERS))
+def test_helpers_have_no_inline_asm(name):
+    assert "asm" not in body_of(name)
+
+
+def test_side_effect_wrappers_are_volatile():
+    # instructions whose effect is not their result must not be removed or moved by the compiler
+    for name in ("mbarrier_init", "fence_mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx",
+                 "mbarrier_try_wait_parity", "cp_async_bulk_tensor_2d_global_to_shared",
+                 "cp_async_bulk_tensor_2d_shared_to_global", "cp_async_bulk_tensor_4d_shared_to_global",
+                 "cp_async_bulk_commit_group", "cp_async_bulk_wait_group_read", "cp_async_bulk_wait_group",
+                 "fence_proxy_async_shared_cta", "bar_sync", "griddepcontrol_wait",
+                 "griddepcontrol_launch_dependents", "setmaxnreg_inc", "setmaxnreg_dec", "st_shared_v4",
+                 "st_shared_u32", "prefetch_tensormap"):
+        assert "asm volatile" in body_of(name), name
+
+
+def test_rounding_wrappers_name_their_rounding():
+    for name in ("mul_rn", "fma_rn", "add_rn", "rcp_rn"):
+        assert ".rn." in body_of(name)
+        assert "approx" not in body_of(name)
+
+
+def test_e2m1_wrapper_is_guarded_by_the_flag():
+    start = HEADER.index("#if defined(FP4Q_HAS_CVT_E2M1)")
+    end = HEADER.index("#endif", start)
+    assert "cvt_rn_satfinite_e2m1x2_f32" in HEADER[start:end]
+    assert HEADER.count("cvt.rn.satfinite.e2m1x2.f32") == 1
+
+
+# --- compiling all of them --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch, e2m1", TARGETS, ids=TARGET_IDS)
+def test_all_wrappers_compile(arch, e2m1, cache):
+    kernel = compile_source(kernel_source(arch, e2m1), cache=cache)
+    assert kernel.cubin[:4] == b"\x7fELF"
+    assert b"fp4q_ptx_all" in kernel.cubin
+    assert kernel.resources.spill_bytes == 0, kernel.log
+    assert "C7508" not in kernel.log and "setmaxnreg' ignored" not in kernel.log, kernel.log
+
+
+@pytest.mark.parametrize("arch, e2m1", TARGETS, ids=TARGET_IDS)
+def test_every_instruction_reaches_the_ptx(arch, e2m1):
+    ptx = to_ptx(kernel_source(arch, e2m1))
+    for name, mnemonic in MNEMONICS.items():
+        if name not in DEFINED:
+            continue
+        if name == "cvt_rn_satfinite_e2m1x2_f32" and not e2m1:
+            assert mnemonic not in ptx
+            continue
+        assert mnemonic in ptx, (name, mnemonic)
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx
+    assert "cp.async.bulk.wait_group.read 0" in ptx
+
+
+def test_hardware_e2m1_wrapper_fails_for_sm_90a(cache):
+    with pytest.raises(CompileError) as info:
+        compile_source(kernel_source("sm_90a", e2m1=True), cache=cache)
+    assert "e2m1" in info.value.log
