@@ -386,24 +386,32 @@ LOOKUP_SCRIPT = textwrap.dedent(
 )
 
 
-def cached_lookup_ms(cache_dir, prepare: str, runs: int = 3) -> float:
+def run_lookup(cache_dir, prepare: str) -> dict:
     env = dict(os.environ, FP4Q_CACHE_DIR=str(cache_dir),
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", LOOKUP_SCRIPT.format(prepare=prepare)], env=env, cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["elf"], result
+    return result
+
+
+def cached_lookup_ms(cache_dir, prepare: str, runs: int = 3) -> float:
+    """Best of ``runs`` new processes, each timing one compile_source that hits the on-disk cache."""
+    # Warm the directory from a subprocess too: it renders the templates as they are on disk now.
+    run_lookup(cache_dir, prepare)
     best = float("inf")
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", LOOKUP_SCRIPT.format(prepare=prepare)], env=env, cwd=REPO_ROOT,
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        assert result["hit"] and result["elf"], result
+        result = run_lookup(cache_dir, prepare)
+        assert result["hit"], result
         best = min(best, result["ms"])
     return best
 
 
 @pytest.fixture(scope="session")
-def warm_cache_dir(session_cache):
-    compile_source(render(QuantizeConfig()), cache=session_cache)
-    return session_cache.directory
+def warm_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fp4q-warm-cache")
 
 
 def test_cached_lookup_in_new_process_is_fast(warm_cache_dir):
