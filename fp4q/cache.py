@@ -56,7 +56,7 @@ def cache_key(
     source: str,
     options: Sequence[str],
     arch: str,
-    compiler_version: tuple[int, ...],
+    compiler_version: tuple,
     package_version: str,
     name: str = "",
 ) -> str:

@@ -9,7 +9,9 @@ contraction (the spec's roundings are explicit).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
+import os
 import re
 import struct
 import threading
@@ -70,6 +72,25 @@ def _nvrtc():
     from cuda.bindings import nvrtc
 
     return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_identity() -> tuple:
+    """What identifies the NVRTC that would compile, for the cache key.
+
+    The version of the ``nvidia-cuda-nvrtc`` wheel (the library cuda.bindings
+    loads first) is read from its dist-info directory name, which costs
+    microseconds; loading libnvrtc just to ask it costs tens of milliseconds
+    and would make every cache hit in a new process slow. Without the wheel,
+    NVRTC itself is asked.
+    """
+    spec = importlib.util.find_spec("nvidia")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        site = os.path.dirname(location)
+        for entry in os.listdir(site):
+            if entry.startswith("nvidia_cuda_nvrtc-") and entry.endswith(".dist-info"):
+                return ("nvidia-cuda-nvrtc", entry[len("nvidia_cuda_nvrtc-") : -len(".dist-info")])
+    return ("nvrtc",) + nvrtc_version()
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,7 +166,7 @@ def compile_source(src: KernelSource, cache: BinaryCache | None = None) -> Compi
         source=src.source,
         options=_options(src.arch),
         arch=src.arch,
-        compiler_version=nvrtc_version(),
+        compiler_version=compiler_identity(),
         package_version=_version.__version__,
         name=src.kernel_name,
     )
@@ -153,7 +174,7 @@ def compile_source(src: KernelSource, cache: BinaryCache | None = None) -> Compi
     payload, hit = cache.get_or_build(key, lambda: _pack(*_nvrtc_compile(src)))
     try:
         cubin, log = _unpack(payload)
-    except (struct.error, ValueError, KeyError, UnicodeDecodeError):
+    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError):
         # A payload that passed the cache's checksum but is not ours: rebuild.
         payload = _pack(*_nvrtc_compile(src))
         cache.put(key, payload)

@@ -61,7 +61,9 @@ def _check(cond: bool, message: str) -> None:
 
 
 def _check_choice(field: str, value, choices) -> None:
-    _check(value in choices, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    # Exact types: 128.0 == 128 would otherwise pass and change the rendered source.
+    ok = any(type(value) is type(c) and value == c for c in choices)
+    _check(ok, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def _check_int(field: str, value, lo: int, hi: int) -> None:
@@ -147,7 +149,8 @@ class QuantizeConfig:
         _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
         _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check(self.sf_vec_size == 16, f"sf_vec_size must be 16 for NVFP4, got {self.sf_vec_size!r}")
+        _check(type(self.sf_vec_size) is int and self.sf_vec_size == 16,
+               f"sf_vec_size must be 16 for NVFP4, got {self.sf_vec_size!r}")
         _check_choice("tile_m", self.tile_m, (128, 256))
         _check_int("tile_k", self.tile_k, CHUNK_K, 1024)
         _check(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
@@ -257,10 +260,7 @@ class SimtConfig:
         _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
         _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check(
-            self.threads in (64, 128, 256, 512, 1024),
-            f"threads must be one of 64, 128, 256, 512, 1024, got {self.threads!r}",
-        )
+        _check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)
@@ -270,10 +270,6 @@ def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
     """A sensible TMA config for an ``m x k`` input when no tuned entry applies."""
     _check_choice("arch", arch, tuple(ARCHS))
     if k <= 64:
-        tile_k = 64
-        output = dict(output_box_k=32, output_swizzle=Swizzle.B32)
-    else:
-        tile_k = 128
-        output = dict(output_box_k=64, output_swizzle=Swizzle.B64)
-    warpgroups = 2 if 128 * tile_k // CHUNK_K % (2 * WARPGROUP) == 0 else 1
-    return QuantizeConfig(tile_k=tile_k, consumer_warpgroups=warpgroups, arch=arch, **output)
+        return QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=Swizzle.B32, num_stages=6,
+                              consumer_warpgroups=1, arch=arch)
+    return QuantizeConfig(arch=arch)

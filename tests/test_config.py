@@ -271,13 +271,6 @@ def test_simt_threads_valid(threads):
     assert SimtConfig(threads=threads).threads == threads
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fp4q/config.py:151 (and :261 for SimtConfig.threads, :150 for sf_vec_size): tile_m is "
-    "checked with _check_choice (membership), so tile_m=128.0 passes; the config then equals and hashes "
-    "like tile_m=128 but input_box is (128.0, 64) and render() emits a different source (the summary "
-    "line says tile_m=128.0), i.e. a different cache key for an 'equal' config",
-)
 @pytest.mark.parametrize(
     "make",
     [lambda: QuantizeConfig(tile_m=128.0), lambda: QuantizeConfig(sf_vec_size=16.0),

@@ -98,13 +98,6 @@ def test_every_tuning_axis_is_shipped():
     assert {64, 128, 192, 256} <= {c.tile_k for c in cfgs}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fp4q/variants.py:11 vs fp4q/config.py:272-279: default_config(m, k<=64) returns "
-    "QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=B32, consumer_warpgroups=1) with "
-    "num_stages=4, min_ctas_per_sm=1, which is not in SHIPPED (the k64 entries have num_stages=6 or "
-    "min_ctas_per_sm=2), so the config the API picks for K <= 64 is never compiled or run by the variant suites",
-)
 @pytest.mark.parametrize("k", [16, 64])
 def test_default_configs_are_shipped(k):
     assert default_config(128, k) in SHIPPED.values()

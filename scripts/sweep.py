@@ -1,0 +1,318 @@
+"""Parameter sweep of the NVFP4 quantization kernel.
+
+With a GPU: enumerates valid configs over a shape list, checks each result
+bit-exact against the numpy reference on a sample of rows, times it with
+CUDA events (warm-up, median of many, L2 flushed, launches queued behind a
+spin kernel so host overhead never counts) next to a device-to-device copy
+of the same bytes, and writes CSV + JSON (+ a PNG plot when matplotlib is
+installed). ``--write-tuned`` stores the best config per shape class in the
+package's tuned table.
+
+Without a GPU: compiles every shipped variant for sm_90a and sm_100a with
+NVRTC and prints registers, shared memory, spills, cold compile time and
+cache-hit time, and says plainly that no GPU was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fp4q._gpu_probe import gpu_status  # noqa: E402
+from fp4q.cache import BinaryCache  # noqa: E402
+from fp4q.codegen import render  # noqa: E402
+from fp4q.compiler import compile_source  # noqa: E402
+from fp4q.config import ConfigError, QuantizeConfig, SimtConfig, Swizzle  # noqa: E402
+from fp4q.variants import SHIPPED, SIMT  # noqa: E402
+
+DEFAULT_M = (1, 16, 128, 1024, 4096, 8192, 16384)
+DEFAULT_K = (2048, 4096, 7168, 8192, 16384)
+QUICK_M = (16, 1024, 8192)
+QUICK_K = (4096, 7168)
+
+
+def _progress(iterable, total: int, desc: str):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, file=sys.stderr)
+    except ImportError:
+        return iterable
+
+
+def _outputs_for(tile_k: int) -> dict:
+    row = tile_k // 2
+    if row in (32, 64, 128):
+        return dict(output_box_k=row, output_swizzle=Swizzle(row))
+    if row % 128 == 0:
+        return dict(output_box_k=128, output_swizzle=Swizzle.B128)
+    return dict(output_box_k=row if row <= 256 else 128, output_swizzle=Swizzle.NONE)
+
+
+def _inputs_for(tile_k: int, swizzle: Swizzle) -> dict:
+    if swizzle == Swizzle.NONE:
+        return dict(input_box_k=min(tile_k, 256), input_swizzle=swizzle)
+    return dict(input_box_k=swizzle.value // 2, input_swizzle=swizzle)
+
+
+def config_space(name: str) -> dict[str, QuantizeConfig]:
+    """Named valid configs of a search space ('shipped', 'small' or 'full')."""
+    if name == "shipped":
+        return dict(SHIPPED)
+    if name == "small":
+        axes = dict(tile_m=(128,), tile_k=(64, 128, 192, 256), swizzle=(Swizzle.B128, Swizzle.B64),
+                    stages=(2, 3, 4, 6), wg=(1, 2, 3), ctas=(1, 2, 3), persistent=(True,), out_buffers=(2, 3))
+    elif name == "full":
+        axes = dict(tile_m=(128, 256), tile_k=(64, 128, 192, 256), swizzle=tuple(Swizzle), stages=(2, 3, 4, 6),
+                    wg=(1, 2, 3), ctas=(1, 2, 3), persistent=(True, False), out_buffers=(2, 3))
+    else:
+        raise SystemExit(f"--space must be shipped, small or full, got {name!r}")
+    out = {}
+    for tm, tk, sw, st, wg, ctas, pers, ob in itertools.product(*axes.values()):
+        try:
+            cfg = QuantizeConfig(tile_m=tm, tile_k=tk, num_stages=st, consumer_warpgroups=wg, min_ctas_per_sm=ctas,
+                                 persistent=pers, out_buffers=ob, **_inputs_for(tk, sw), **_outputs_for(tk))
+        except ConfigError:
+            continue
+        name_ = (f"m{tm}_k{tk}_in{int(sw)}_s{st}_wg{wg}_c{ctas}_ob{ob}" + ("" if pers else "_tpc"))
+        out[name_] = cfg
+    return out
+
+
+def _compile_one(args):
+    cfg, cache_dir = args
+    start = time.perf_counter()
+    kernel = compile_source(render(cfg), BinaryCache(cache_dir))
+    return time.perf_counter() - start, kernel.resources, kernel.cache_hit
+
+
+def compile_table(arches, layouts_modes: bool, out_dir: str | None) -> list[dict]:
+    """Cold-compile every shipped variant per arch, then load it back from the disk cache."""
+    variants = {**SHIPPED, **SIMT}
+    rows = []
+    with tempfile.TemporaryDirectory() as cold_dir:
+        for arch in arches:
+            for name, base in variants.items():
+                combos = [("swizzled", "value")]
+                if layouts_modes:
+                    combos = list(itertools.product(("swizzled", "linear"), ("value", "pointer")))
+                for layout, mode in combos:
+                    cfg = base.replace(arch=arch, sf_layout=layout, tensor_sf_mode=mode)
+                    src = render(cfg)
+                    start = time.perf_counter()
+                    cold = compile_source(src, BinaryCache(cold_dir))
+                    cold_ms = (time.perf_counter() - start) * 1e3
+                    fresh = BinaryCache(cold_dir)  # a new instance: the hit comes from disk
+                    start = time.perf_counter()
+                    hit = compile_source(src, fresh)
+                    hit_ms = (time.perf_counter() - start) * 1e3
+                    assert hit.cache_hit and hit.cubin == cold.cubin
+                    res = cold.resources
+                    rows.append(dict(variant=f"{name}/{layout}/{mode}", arch=arch, registers=res.registers,
+                                     smem_bytes=getattr(cfg, "smem", None) and cfg.smem.total,
+                                     spill_bytes=res.spill_bytes, compile_ms=round(cold_ms, 1),
+                                     cache_hit_ms=round(hit_ms, 2)))
+    header = f"{'variant':<44} {'arch':<8} {'regs':>5} {'smem':>7} {'spill':>5} {'compile ms':>10} {'hit ms':>7}"
+    print(header)
+    for r in rows:
+        print(f"{r['variant']:<44} {r['arch']:<8} {r['registers']!s:>5} {r['smem_bytes'] or 0:>7} "
+              f"{r['spill_bytes']!s:>5} {r['compile_ms']:>10.1f} {r['cache_hit_ms']:>7.2f}")
+    if out_dir:
+        _write(out_dir, "compile", rows)
+    return rows
+
+
+def _write(out_dir: str, stem: str, rows: list[dict]) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(rows, f, indent=1, default=str)
+    if rows:
+        with open(os.path.join(out_dir, f"{stem}.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+# ------------------------------------------------------------------ GPU sweep
+def _sample_check(cp, fp4q, reference, x_host, x, tensor_sf, q, sf, rng) -> bool:
+    m, k = x_host.shape
+    rows = set(rng.choice(m, size=min(m, 48), replace=False).tolist()) | {0, m - 1}
+    rows |= set(range(max(0, m - m % 128), m)) if m % 128 else set()
+    rows = sorted(rows)[:200]
+    q_ref, sf_ref = reference.quantize_nvfp4(x_host[rows], tensor_sf, sf_layout="linear")
+    q_got = cp.asnumpy(q[cp.asarray(rows)])
+    sf_lin = fp4q.unswizzle_sf(cp.asnumpy(sf), m, k // 16)
+    return bool((q_got == q_ref).all() and (sf_lin[rows] == sf_ref).all())
+
+
+def gpu_sweep(args) -> list[dict]:
+    import cupy as cp
+    import numpy as np
+
+    import fp4q
+    from fp4q import reference
+    from fp4q.driver import device as device_info
+    from fp4q.driver import driver_version
+    from timing import copy_bytes, copy_fn, time_fn
+
+    dev = device_info(cp.cuda.Device().id)
+    configs = {name: cfg.replace(arch=dev.arch) for name, cfg in config_space(args.space).items()}
+    if args.configs:
+        wanted = set(args.configs.split(","))
+        configs = {n: c for n, c in configs.items() if n in wanted}
+    pdls = (True, False) if args.pdl == "both" else ((args.pdl == "on"),)
+    cache_dir = os.environ.get("FP4Q_CACHE_DIR") or str(BinaryCache().directory)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        list(_progress(pool.map(_compile_one, [(c, cache_dir) for c in configs.values()]),
+                       len(configs), "compile"))
+    shapes = list(itertools.product(args.m, args.k))
+    rng = np.random.default_rng(0)
+    rows = []
+    bar = _progress(range(len(shapes) * len(configs) * len(pdls)), len(shapes) * len(configs) * len(pdls), "sweep")
+    it = iter(bar)
+    for m, k in shapes:
+        x_host = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        x = cp.asarray(x_host)
+        tensor_sf = float(reference.global_scale(x_host[: min(m, 256)]))
+        q = cp.empty((m, k // 2), cp.uint8)
+        sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
+        copy = time_fn(copy_fn(m, k), reps=args.reps)
+        moved = sum(copy_bytes(m, k))
+        for (name, cfg), pdl in itertools.product(configs.items(), pdls):
+            next(it, None)
+            q.fill(0xFF)
+            sf.fill(0xFF)
+            fp4q.quantize_nvfp4(x, tensor_sf, out=q, sf_out=sf, config=cfg, pdl=pdl)
+            ok = _sample_check(cp, fp4q, reference, x_host, x, tensor_sf, q, sf, rng)
+            t = time_fn(lambda: fp4q.quantize_nvfp4(x, tensor_sf, out=q, sf_out=sf, config=cfg, pdl=pdl),
+                        reps=args.reps)
+            rows.append(dict(config=name, m=m, k=k, pdl=pdl, bit_exact=ok, median_us=round(t.median_us, 3),
+                             min_us=round(t.min_us, 3), gbps=round(moved / t.median_us / 1e3, 1),
+                             copy_us=round(copy.median_us, 3), pct_of_copy=round(100 * copy.median_us / t.median_us, 1),
+                             bytes=moved, **{f"cfg_{f}": str(getattr(cfg, f)) for f in (
+                                 "tile_m", "tile_k", "input_swizzle", "num_stages", "consumer_warpgroups",
+                                 "min_ctas_per_sm", "persistent", "out_buffers")}))
+        del x, q, sf
+    meta = dict(device=dev.name, arch=dev.arch, driver=".".join(map(str, driver_version())),
+                date=time.strftime("%Y-%m-%d"), space=args.space, reps=args.reps)
+    _write(args.out, "sweep", rows)
+    with open(os.path.join(args.out, "sweep_meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    _summary(rows)
+    if not args.no_plot:
+        _plot(rows, os.path.join(args.out, "sweep.png"))
+    if args.write_tuned:
+        _write_tuned(rows, configs, meta, args.write_tuned)
+    bad = [r for r in rows if not r["bit_exact"]]
+    if bad:
+        print(f"{len(bad)} results were NOT bit-exact: {sorted({r['config'] for r in bad})}")
+    return rows
+
+
+def _summary(rows: list[dict]) -> None:
+    print(f"\n{'M':>6} {'K':>6} {'best config':<36} {'pdl':>4} {'us':>8} {'copy us':>8} {'% copy':>7}")
+    for (m, k), group in itertools.groupby(sorted(rows, key=lambda r: (r["m"], r["k"])), key=lambda r: (r["m"], r["k"])):
+        best = min((r for r in group if r["bit_exact"]), key=lambda r: r["median_us"], default=None)
+        if best:
+            print(f"{m:>6} {k:>6} {best['config']:<36} {str(best['pdl']):>4} {best['median_us']:>8.2f} "
+                  f"{best['copy_us']:>8.2f} {best['pct_of_copy']:>6.1f}%")
+
+
+def _plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'fp4q[plot]')")
+        return
+    fig, ax = plt.subplots(figsize=(10, 6))
+    by_cfg: dict[str, list] = {}
+    for r in rows:
+        by_cfg.setdefault(f"{r['config']}{'' if r['pdl'] else ' (no pdl)'}", []).append(r)
+    for name, rs in sorted(by_cfg.items()):
+        rs = sorted(rs, key=lambda r: r["bytes"])
+        ax.plot([r["bytes"] for r in rs], [r["gbps"] for r in rs], lw=0.8, alpha=0.6, label=name)
+    copy = sorted({(r["bytes"], r["bytes"] / r["copy_us"] / 1e3) for r in rows})
+    ax.plot([c[0] for c in copy], [c[1] for c in copy], "k-", lw=2.5, label="device copy, same bytes")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes moved (read + write)")
+    ax.set_ylabel("GB/s")
+    ax.set_title("NVFP4 quantization bandwidth vs a same-bytes copy")
+    if len(by_cfg) <= 20:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _write_tuned(rows, configs, meta, path: str) -> None:
+    from fp4q.tuning import shape_class
+
+    best: dict[str, dict] = {}
+    for r in rows:
+        if not (r["bit_exact"] and r["pdl"]):
+            continue
+        cls = shape_class(r["m"], r["k"])
+        score = r["median_us"] / r["copy_us"]
+        if cls not in best or score < best[cls]["score"]:
+            best[cls] = dict(score=score, config=r["config"], m=r["m"], k=r["k"], pct_of_copy=r["pct_of_copy"])
+    table = dict(meta, entries={
+        cls: dict(measured_on=f"{b['m']}x{b['k']}", pct_of_copy=b["pct_of_copy"],
+                  config={f: (int(v) if isinstance(v, Swizzle) else v) for f, v in
+                          configs[b["config"]].__dict__.items() if f not in ("arch", "sf_layout", "tensor_sf_mode", "input_dtype")})
+        for cls, b in sorted(best.items())})
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1)
+    print(f"wrote the tuned table ({len(best)} shape classes) to {path}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short run: few shapes, the shipped configs")
+    parser.add_argument("--m", type=lambda s: tuple(int(v) for v in s.split(",")), default=None,
+                        help="comma-separated row counts")
+    parser.add_argument("--k", type=lambda s: tuple(int(v) for v in s.split(",")), default=None,
+                        help="comma-separated K values (multiples of 32)")
+    parser.add_argument("--space", default=None, help="shipped, small or full (default: shipped with --quick, else small)")
+    parser.add_argument("--configs", default=None, help="only these config names (comma-separated)")
+    parser.add_argument("--pdl", choices=("on", "off", "both"), default="on")
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    parser.add_argument("--out", default="sweep-results")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--write-tuned", default=None, help="write the best config per shape class to this JSON")
+    parser.add_argument("--cpu", action="store_true", help="compile table only, even if a GPU is present")
+    args = parser.parse_args(argv)
+    args.m = args.m or (QUICK_M if args.quick else DEFAULT_M)
+    args.k = args.k or (QUICK_K if args.quick else DEFAULT_K)
+    args.space = args.space or ("shipped" if args.quick else "small")
+    args.reps = args.reps or (20 if args.quick else 50)
+    available, reason = gpu_status()
+    if args.cpu or not available:
+        if not available:
+            print(f"No GPU found ({reason}).")
+            print("Compiling every shipped variant for sm_90a and sm_100a with NVRTC instead of sweeping.\n")
+        rows = compile_table(("sm_90a", "sm_100a"), layouts_modes=not args.quick, out_dir=args.out)
+        worst = max(r["compile_ms"] for r in rows)
+        hit = max(r["cache_hit_ms"] for r in rows)
+        print(f"\n{len(rows)} variants compiled; slowest cold compile {worst:.0f} ms, slowest cache hit {hit:.2f} ms.")
+        if not available:
+            print("No GPU found: nothing was timed. Run this on a machine with an NVIDIA GPU for the sweep.")
+        return 0
+    gpu_sweep(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
