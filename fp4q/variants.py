@@ -32,16 +32,32 @@ SHIPPED: dict[str, QuantizeConfig] = {
     "m128_k128_s2_wg2_2cta": QuantizeConfig(num_stages=2, min_ctas_per_sm=2),
     "m128_k64_s3_wg1_3cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=3,
                                            consumer_warpgroups=1, min_ctas_per_sm=3),
+    "m128_k64_s2_wg1_4cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2,
+                                           consumer_warpgroups=1, min_ctas_per_sm=4),
 }
 
 SIMT: dict[str, SimtConfig] = {"simt_256": SimtConfig()}
 
 
+def tuned_variants() -> dict[str, QuantizeConfig]:
+    """The configs of the shipped tuned tables, by shape class."""
+    from .config import ARCHS
+    from .tuning import tuned_table
+
+    return {f"tuned_{arch}[{cls}]": cfg for arch in ARCHS for cls, cfg in tuned_table(arch).items()}
+
+
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
-    """Every shipped config for ``arch``, in both scale layouts and both tensor_sf modes."""
+    """Every shipped config for ``arch`` (named, tuned-table entries included,
+    duplicates dropped), in both scale layouts and both tensor_sf modes."""
+    bases: dict = {}
+    for name, cfg in {**SHIPPED, **tuned_variants(), **SIMT}.items():
+        cfg = cfg.replace(arch=arch)
+        if cfg not in bases.values():
+            bases[name] = cfg
     out = {}
-    for name, cfg in {**SHIPPED, **SIMT}.items():
+    for name, cfg in bases.items():
         for layout in ("swizzled", "linear"):
             for mode in ("value", "pointer"):
-                out[f"{name}/{layout}/{mode}"] = cfg.replace(arch=arch, sf_layout=layout, tensor_sf_mode=mode)
+                out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
     return out
