@@ -32,6 +32,8 @@ SHIPPED: dict[str, QuantizeConfig] = {
     "m128_k128_s2_wg2_2cta": QuantizeConfig(num_stages=2, min_ctas_per_sm=2),
     "m128_k64_s3_wg1_3cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=3,
                                            consumer_warpgroups=1, min_ctas_per_sm=3),
+    "m128_k64_s2_wg1_3cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2,
+                                           consumer_warpgroups=1, min_ctas_per_sm=3),
     "m128_k64_s2_wg1_4cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2,
                                            consumer_warpgroups=1, min_ctas_per_sm=4),
 }
