@@ -98,20 +98,26 @@ def test_every_tuning_axis_is_shipped():
     assert {64, 128, 192, 256} <= {c.tile_k for c in cfgs}
 
 
-@pytest.mark.parametrize("k", [16, 64])
+@pytest.mark.parametrize("k", [16, 64, 4096, 16384])
 def test_default_configs_are_shipped(k):
-    assert default_config(128, k) in SHIPPED.values()
+    assert default_config(128, k) == SHIPPED["m128_k64_s2_wg1_3cta"]
 
 
-def test_default_config_for_large_k_is_shipped():
-    assert default_config(4096, 4096) == SHIPPED["m128_k128_s4_wg2"]
+def test_tuned_table_configs_are_compiled_variants():
+    names = all_variants("sm_90a")
+    from fp4q.tuning import tuned_table
+
+    compiled = {cfg.replace(sf_layout="swizzled", tensor_sf_mode="value") for cfg in names.values()}
+    assert tuned_table("sm_90a"), "the sm_90a tuned table is shipped"
+    assert set(tuned_table("sm_90a").values()) <= compiled
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_all_variants(arch):
     out = all_variants(arch)
     base = {**SHIPPED, **SIMT}
-    assert len(out) == 4 * len(base)
+    tuned = {n for n in out if n.startswith("tuned_")}
+    assert len(out) - len(tuned) == 4 * len(base)
     for name, cfg in base.items():
         for layout in ("swizzled", "linear"):
             for mode in ("value", "pointer"):
@@ -130,7 +136,7 @@ def test_all_variants_cover_both_layouts_and_modes(arch):
     for name, cfg in out.items():
         base, layout, mode = name.split("/")
         by_base.setdefault(base, set()).add((cfg.sf_layout, cfg.tensor_sf_mode))
-    assert set(by_base) == set(SHIPPED) | set(SIMT)
+    assert set(by_base) - {b for b in by_base if b.startswith("tuned_")} == set(SHIPPED) | set(SIMT)
     for combos in by_base.values():
         assert combos == {("swizzled", "value"), ("swizzled", "pointer"), ("linear", "value"), ("linear", "pointer")}
 
