@@ -53,6 +53,12 @@ FP4Q_DEVICE float rcp_rn(float a) {
     return d;
 }
 
+FP4Q_DEVICE float div_rn(float a, float b) {
+    float d;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
 // NaN-dropping maximum/minimum (IEEE maxNum), what the spec's amax needs.
 FP4Q_DEVICE float max_f32(float a, float b) {
     float d;
@@ -98,6 +104,13 @@ FP4Q_DEVICE u32 cvt_rn_f16x2_e4m3x2(u32 packed) {
     u32 d;
     u16 s = static_cast<u16>(packed);
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(s));
+    return d;
+}
+
+// Two floats to two bf16 (round to nearest even): `hi` in bits 16..31, `lo` in 0..15.
+FP4Q_DEVICE u32 cvt_rn_bf16x2_f32(float hi, float lo) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
 
@@ -206,6 +219,13 @@ FP4Q_DEVICE void bar_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Maximum over the 32 lanes of a full warp, in one instruction.
+FP4Q_DEVICE u32 redux_sync_max_u32(u32 v) {
+    u32 d;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(d) : "r"(v));
+    return d;
+}
+
 // ---------------------------------------------------------------- PDL
 FP4Q_DEVICE void griddepcontrol_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -237,6 +257,12 @@ FP4Q_DEVICE void st_shared_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
                  :: "r"(smem_addr(p)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
+FP4Q_DEVICE u32 ld_shared_u32(const void* p) {
+    u32 a;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(a) : "r"(smem_addr(p)) : "memory");
+    return a;
+}
+
 FP4Q_DEVICE void st_shared_u32(void* p, u32 a) {
     asm volatile("st.shared.u32 [%0], %1;" :: "r"(smem_addr(p)), "r"(a) : "memory");
 }
@@ -245,4 +271,15 @@ FP4Q_DEVICE float ld_global_f32(const float* p) {
     float v;
     asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
+}
+
+// Read-only (non-coherent) 16-byte load, for inputs no thread of the grid writes.
+FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
+FP4Q_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }

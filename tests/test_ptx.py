@@ -17,6 +17,7 @@ MNEMONICS = {
     "fma_rn": "fma.rn.f32",
     "add_rn": "add.rn.f32",
     "rcp_rn": "rcp.rn.f32",
+    "div_rn": "div.rn.f32",
     "max_f32": "max.f32",
     "min_f32": "min.f32",
     "abs_f32": "abs.f32",
@@ -25,6 +26,8 @@ MNEMONICS = {
     "cvt_rn_satfinite_e4m3x2_f32": "cvt.rn.satfinite.e4m3x2.f32",
     "cvt_rn_f16x2_e4m3x2": "cvt.rn.f16x2.e4m3x2",
     "cvt_f32_f16": "cvt.f32.f16",
+    "cvt_rn_bf16x2_f32": "cvt.rn.bf16x2.f32",
+    "redux_sync_max_u32": "redux.sync.max.u32",
     "cvt_rn_satfinite_e2m1x2_f32": "cvt.rn.satfinite.e2m1x2.f32",
     "mbarrier_init": "mbarrier.init",
     "fence_mbarrier_init": "fence.mbarrier_init",
@@ -47,7 +50,10 @@ MNEMONICS = {
     "ld_shared_v4": "ld.shared.v4",
     "st_shared_v4": "st.shared.v4",
     "st_shared_u32": "st.shared.u32",
+    "ld_shared_u32": "ld.shared.u32",
     "ld_global_f32": "ld.global.f32",
+    "ld_global_nc_v4": "ld.global.nc.v4",
+    "st_global_v4": "st.global.v4",
 }
 # helpers that wrap no PTX instruction of their own
 HELPERS = {"f32_bits", "f32_from_bits", "smem_addr", "mbarrier_wait_parity"}
@@ -65,6 +71,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = fma_rn(r, a, b);
     r = add_rn(r, a);
     r = rcp_rn(r);
+    r = div_rn(r, b);
     r = max_f32(r, a);
     r = min_f32(r, b);
     r = abs_f32(r);
@@ -75,6 +82,11 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = f32_from_bits(bits ^ 1u);
     bits ^= max_bf16x2(e4, h2);
     bits ^= max_f16x2(h2, bits);
+    bits ^= cvt_rn_bf16x2_f32(a, r);
+    bits ^= redux_sync_max_u32(bits);
+    u32 g0, g1, g2, g3;
+    ld_global_nc_v4(x + 4 * threadIdx.x, g0, g1, g2, g3);
+    bits ^= g0 ^ g1 ^ g2 ^ g3;
 #if defined(FP4Q_HAS_CVT_E2M1)
     bits ^= cvt_rn_satfinite_e2m1x2_f32(a, b);
 #endif
@@ -102,6 +114,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     st_shared_u32(buf + 4096 + 4 * t, bits);
     u32 p0, p1, p2, p3;
     ld_shared_v4(buf + 16 * (t % 64), p0, p1, p2, p3);
+    p0 ^= ld_shared_u32(buf + 4 * t);
     mbarrier_arrive(&bars[1]);
     fence_proxy_async_shared_cta();
     bar_sync(1, 256);
@@ -116,6 +129,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     griddepcontrol_launch_dependents();
     y[threadIdx.x] = r;
     z[threadIdx.x + 1] = bits ^ p0 ^ p1 ^ p2 ^ p3;
+    st_global_v4(y + 4 * threadIdx.x, p0, p1, p2, p3);
 }
 """
 
