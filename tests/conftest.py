@@ -15,3 +15,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     return f"fp4q GPU probe: {gpu_status()[1]}"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run tests/test_fuzz.py with 20x the hypothesis examples")
