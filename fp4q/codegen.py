@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, fields
 
 from .config import ARCHS, QuantizeConfig, SimtConfig
+from .dequantize_config import DequantizeConfig, DequantizeSimtConfig
+from .global_scale_config import AmaxConfig, GlobalScaleConfig
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
@@ -134,9 +136,58 @@ def render_numerics_probe(arch: str) -> KernelSource:
     return KernelSource("fp4q_numerics_probe", source, arch)
 
 
+def _dequantize_flags(config) -> dict[str, bool]:
+    return {
+        "FP4Q_MXFP4": config.fmt == "mxfp4",
+        "FP4Q_OUT_F32": config.out_dtype == "float32",
+        "FP4Q_TENSOR_SF_BY_POINTER": config.tensor_sf_mode == "pointer",
+        "FP4Q_SF_SWIZZLED": config.sf_layout == "swizzled",
+    }
+
+
+def render_dequantize_tma(config: DequantizeConfig) -> KernelSource:
+    constants = {
+        "TILE_M": config.tile_m,
+        "TILE_K": config.tile_k,
+        "NUM_STAGES": config.num_stages,
+        "CONSUMER_THREADS": config.consumer_threads,
+        "MIN_CTAS_PER_SM": config.min_ctas_per_sm,
+        "OFF_BARRIERS": config.smem.barriers,
+    }
+    source = _prelude(config, constants, _dequantize_flags(config)) + expand_includes("dequantize_tma.cu")
+    return KernelSource("fp4q_dequantize_tma", source, config.arch)
+
+
+def render_dequantize_simt(config: DequantizeSimtConfig) -> KernelSource:
+    source = _prelude(config, {"SIMT_THREADS": config.threads}, _dequantize_flags(config))
+    source += expand_includes("dequantize_simt.cu")
+    return KernelSource("fp4q_dequantize_simt", source, config.arch)
+
+
+def render_amax(config: AmaxConfig) -> KernelSource:
+    flags = {"FP4Q_INPUT_FP16": config.input_dtype == "float16", "FP4Q_VECTOR_LOADS": config.vector_loads}
+    source = _prelude(config, {"AMAX_THREADS": config.threads}, flags) + expand_includes("amax.cu")
+    return KernelSource("fp4q_amax", source, config.arch)
+
+
+def render_global_scale(config: GlobalScaleConfig) -> KernelSource:
+    source = _prelude(config, {"SCALE_THREADS": config.threads}, {}) + expand_includes("global_scale.cu")
+    return KernelSource("fp4q_global_scale", source, config.arch)
+
+
+_RENDERERS = {
+    QuantizeConfig: render_tma,
+    SimtConfig: render_simt,
+    DequantizeConfig: render_dequantize_tma,
+    DequantizeSimtConfig: render_dequantize_simt,
+    AmaxConfig: render_amax,
+    GlobalScaleConfig: render_global_scale,
+}
+
+
 def render(config) -> KernelSource:
-    if isinstance(config, QuantizeConfig):
-        return render_tma(config)
-    if isinstance(config, SimtConfig):
-        return render_simt(config)
-    raise TypeError(f"config must be a QuantizeConfig or SimtConfig, got {type(config).__name__}")
+    renderer = _RENDERERS.get(type(config))
+    if renderer is None:
+        names = ", ".join(cls.__name__ for cls in _RENDERERS)
+        raise TypeError(f"config must be one of {names}, got {type(config).__name__}")
+    return renderer(config)

@@ -36,9 +36,9 @@ def compiled(config) -> CompiledKernel:
 
 
 def _launch_shape(config) -> tuple[int, int]:
-    if isinstance(config, QuantizeConfig):
-        return config.threads, config.smem.total
-    return config.threads, 0
+    # The TMA kernels' configs describe their dynamic shared memory; the others use none.
+    smem = getattr(config, "smem", None)
+    return config.threads, 0 if smem is None else smem.total
 
 
 _loaded: dict[tuple[object, int], LoadedKernel] = {}

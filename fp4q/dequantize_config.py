@@ -1,0 +1,169 @@
+"""Configs of the dequantization kernels: NVFP4 or MXFP4 codes and scales
+back to bf16 or float32 values. Frozen and validated at construction, like
+the quantization configs in ``config.py``; ``fmt``, ``out_dtype``,
+``sf_layout``, ``tensor_sf_mode`` and ``arch`` are set from each call by the
+API."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .config import ARCHS, SF_LAYOUTS, TMA_MAX_BOX_DIM, _align, _check, _check_choice, _check_int
+
+FORMATS = ("nvfp4", "mxfp4")
+OUT_DTYPES = ("bfloat16", "float32")
+GROUP_SIZE = {"nvfp4": 16, "mxfp4": 32}
+OUT_BYTES = {"bfloat16": 2, "float32": 4}
+WARP = 32
+STORE_BYTES = 16  # one vector store per unit of output
+TMA_SMEM_ALIGN = 128  # dynamic shared memory is only 16-byte aligned at entry
+MAX_UNITS_PER_THREAD = 16
+
+
+def tensor_sf_modes(fmt: str) -> tuple[str, ...]:
+    """NVFP4's tensor scale comes by value or through a device pointer; MXFP4 has none."""
+    return ("value", "pointer") if fmt == "nvfp4" else ("none",)
+
+
+def _check_call_fields(cfg) -> None:
+    _check_choice("arch", cfg.arch, tuple(ARCHS))
+    _check_choice("fmt", cfg.fmt, FORMATS)
+    _check_choice("out_dtype", cfg.out_dtype, OUT_DTYPES)
+    _check_choice("sf_layout", cfg.sf_layout, SF_LAYOUTS)
+    modes = tensor_sf_modes(cfg.fmt)
+    _check(
+        cfg.tensor_sf_mode in modes,
+        f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={cfg.fmt!r}, "
+        f"got {cfg.tensor_sf_mode!r}",
+    )
+
+
+@dataclass(frozen=True)
+class DequantizeSmem:
+    """Byte offsets of the TMA kernel's dynamic shared memory, after alignment."""
+
+    barriers: int
+    total: int  # including the alignment slack requested at launch
+
+
+@dataclass(frozen=True)
+class DequantizeConfig:
+    """One TMA dequantization kernel.
+
+    A tile is ``tile_m`` rows x ``tile_k`` elements, loaded by TMA as one box
+    of ``tile_m x tile_k/2`` bytes of codes into a ring of ``num_stages``
+    buffers by a producer warp; ``consumer_warps`` warps turn each into
+    output, 16 bytes (8 bf16 or 4 float32 values) per vector store.
+    """
+
+    tile_m: int = 128
+    tile_k: int = 128
+    num_stages: int = 4
+    consumer_warps: int = 8
+    min_ctas_per_sm: int = 2
+    persistent: bool = True
+    fmt: str = "nvfp4"
+    out_dtype: str = "bfloat16"
+    sf_layout: str = "swizzled"
+    tensor_sf_mode: str = "value"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        _check_call_fields(self)
+        _check_int("tile_m", self.tile_m, 1, TMA_MAX_BOX_DIM)
+        _check_int("tile_k", self.tile_k, 32, 2 * TMA_MAX_BOX_DIM)
+        _check(
+            self.tile_k % 32 == 0,
+            f"tile_k must be a multiple of 32 (a tile row of codes is whole 16-byte TMA chunks and whole "
+            f"MXFP4 groups), got {self.tile_k}",
+        )
+        _check_int("num_stages", self.num_stages, 1, 16)
+        _check_int("consumer_warps", self.consumer_warps, 1, 31)
+        _check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 8)
+        _check(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
+        units = self.tile_m * self.tile_k // self.unit
+        _check(
+            units % self.consumer_threads == 0,
+            f"tile_m * tile_k / {self.unit} = {units} output units ({self.out_dtype}) must split evenly over "
+            f"consumer_warps * {WARP} = {self.consumer_threads} threads",
+        )
+        _check(
+            units // self.consumer_threads <= MAX_UNITS_PER_THREAD,
+            f"{units // self.consumer_threads} output units per consumer thread and tile exceed "
+            f"{MAX_UNITS_PER_THREAD} (each holds its codes in a register): use a smaller tile or more consumer_warps",
+        )
+        limits = ARCHS[self.arch]
+        smem = self.smem.total
+        _check(
+            smem <= limits.max_smem_per_block,
+            f"shared memory of {smem} bytes (num_stages={self.num_stages}, tile {self.tile_m}x{self.tile_k}) "
+            f"exceeds the {self.arch} limit of {limits.max_smem_per_block} bytes per block",
+        )
+        _check(
+            self.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
+            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
+            f"in the {limits.smem_per_sm} bytes of one {self.arch} SM",
+        )
+        _check(
+            self.min_ctas_per_sm * self.threads <= limits.max_threads_per_sm,
+            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {self.threads} threads exceed "
+            f"{limits.max_threads_per_sm} threads per SM",
+        )
+
+    @property
+    def group_size(self) -> int:
+        return GROUP_SIZE[self.fmt]
+
+    @property
+    def unit(self) -> int:
+        """Output elements per 16-byte store."""
+        return STORE_BYTES // OUT_BYTES[self.out_dtype]
+
+    @property
+    def consumer_threads(self) -> int:
+        return self.consumer_warps * WARP
+
+    @property
+    def threads(self) -> int:
+        return WARP + self.consumer_threads
+
+    @property
+    def q_box(self) -> tuple[int, int]:
+        """TMA box of the packed codes, outer dimension first (rows, bytes)."""
+        return (self.tile_m, self.tile_k // 2)
+
+    @property
+    def smem(self) -> DequantizeSmem:
+        barriers = _align(self.num_stages * self.tile_m * self.tile_k // 2, 8)
+        return DequantizeSmem(barriers=barriers, total=barriers + 2 * self.num_stages * 8 + TMA_SMEM_ALIGN)
+
+    def replace(self, **changes) -> "DequantizeConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class DequantizeSimtConfig:
+    """The dequantization kernel without TMA, for shapes and pointers TMA cannot address."""
+
+    threads: int = 256
+    fmt: str = "nvfp4"
+    out_dtype: str = "bfloat16"
+    sf_layout: str = "swizzled"
+    tensor_sf_mode: str = "value"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        _check_call_fields(self)
+        _check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
+
+    @property
+    def group_size(self) -> int:
+        return GROUP_SIZE[self.fmt]
+
+    @property
+    def unit(self) -> int:
+        return STORE_BYTES // OUT_BYTES[self.out_dtype]
+
+    def replace(self, **changes) -> "DequantizeSimtConfig":
+        return dataclasses.replace(self, **changes)

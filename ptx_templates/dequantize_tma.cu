@@ -1,0 +1,109 @@
+// NVFP4 / MXFP4 dequantization, TMA loads + warp specialization + PDL.
+//
+// Warp 0 is the producer: one thread streams tiles of packed codes
+// (TILE_M rows x TILE_K/2 bytes) into a ring of NUM_STAGES shared-memory
+// buffers with TMA, guarded by full/empty mbarriers. The other warps are
+// consumers: each copies its units' codes out of the stage, releases it, and
+// writes 16 bytes of output per unit with one vector store, consecutive
+// lanes on consecutive 16-byte pieces of a row. Scales are read from global
+// memory (a byte per unit, shared by the lanes of a group). The grid is
+// persistent when launched with fewer CTAs than tiles.
+#include "dequant_math.cuh"
+
+constexpr int THREADS = 32 + CONSUMER_THREADS;
+constexpr int Q_ROW_BYTES = TILE_K / 2;
+constexpr u32 STAGE_BYTES = TILE_M * Q_ROW_BYTES;
+constexpr int UNITS_PER_ROW = TILE_K / UNIT;
+constexpr int ITEMS = TILE_M * UNITS_PER_ROW / CONSUMER_THREADS;
+
+static_assert(TILE_M * UNITS_PER_ROW % CONSUMER_THREADS == 0, "consumers must split a tile evenly");
+static_assert(TILE_K % GROUP == 0 && Q_ROW_BYTES % 16 == 0, "a tile row is whole groups and whole TMA chunks");
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
+                    const u8* __restrict__ sf,
+                    u8* __restrict__ out,
+                    float tensor_sf_value,
+                    const float* __restrict__ tensor_sf_ptr,
+                    i32 rows, i32 cols) {
+    extern __shared__ u8 smem_raw[];
+    // TMA destinations need 128-byte alignment; the launch adds the slack.
+    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
+    u64* full = reinterpret_cast<u64*>(smem + OFF_BARRIERS);
+    u64* empty = full + NUM_STAGES;
+
+    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
+    const int num_tiles = ((rows + TILE_M - 1) / TILE_M) * tiles_k;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NUM_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], CONSUMER_THREADS);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 32) {
+        if (threadIdx.x == 0) {
+            prefetch_tensormap(&q_map);
+            // The codes may be written by the previous kernel.
+            griddepcontrol_wait();
+            int i = 0;
+            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
+                const int stage = i % NUM_STAGES;
+                const u32 round = i / NUM_STAGES;
+                mbarrier_wait_parity(&empty[stage], (round & 1) ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], STAGE_BYTES);
+                const int m0 = (tile / tiles_k) * TILE_M;
+                const int k0 = (tile % tiles_k) * TILE_K;
+                cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map, k0 / 2, m0,
+                                                         &full[stage]);
+            }
+            griddepcontrol_launch_dependents();
+        }
+        return;
+    }
+
+    const int ctid = threadIdx.x - 32;
+    // The scales and tensor_sf may be written, and the output still read, by
+    // the previous kernel.
+    griddepcontrol_wait();
+    const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
+    const int groups = cols / GROUP;
+
+    int i = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
+        const int stage = i % NUM_STAGES;
+        const u32 round = i / NUM_STAGES;
+        const int m0 = (tile / tiles_k) * TILE_M;
+        const int k0 = (tile % tiles_k) * TILE_K;
+        const u8* tile_codes = smem + stage * STAGE_BYTES;
+
+        mbarrier_wait_parity(&full[stage], round & 1);
+        u32 codes[ITEMS];
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int unit = it * CONSUMER_THREADS + ctid;
+            const int byte = (unit / UNITS_PER_ROW) * Q_ROW_BYTES + (unit % UNITS_PER_ROW) * (UNIT / 2);
+            // A float32 unit is half a word: both halves' lanes read the word.
+            codes[it] = ld_shared_u32(tile_codes + (byte & ~3)) >> (8 * (byte & 3));
+        }
+        // The codes are in registers: the producer may refill the stage.
+        mbarrier_arrive(&empty[stage]);
+
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int unit = it * CONSUMER_THREADS + ctid;
+            const int row = m0 + unit / UNITS_PER_ROW;
+            const int col = k0 + (unit % UNITS_PER_ROW) * UNIT;
+            // Out-of-range units hold TMA's zero fill; K % UNIT == 0, so a unit is all in or all out.
+            if (row < rows && col < cols) {
+                const float d = group_scale(sf[sf_index(row, col / GROUP, groups)], rcp_tsf);
+                u32 w[4];
+                dequantize_unit(codes[it], d, w);
+                st_global_v4(out + (static_cast<i64>(row) * cols + col) * (16 / UNIT), w[0], w[1], w[2], w[3]);
+            }
+        }
+    }
+}
