@@ -4,7 +4,9 @@ exercised on the GPU."""
 
 from __future__ import annotations
 
-from .config import QuantizeConfig, SimtConfig, Swizzle
+from .config import SF_LAYOUTS, QuantizeConfig, SimtConfig, Swizzle
+from .dequantize_config import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
+from .global_scale_config import AmaxConfig, GlobalScaleConfig
 
 S = Swizzle
 
@@ -41,6 +43,40 @@ SHIPPED: dict[str, QuantizeConfig] = {
 SIMT: dict[str, SimtConfig] = {"simt_256": SimtConfig()}
 
 
+# Dequantization: the default TMA config, one per axis (tile shape, stages,
+# warps, CTAs per SM, persistence) and the plain kernel. Each is compiled for
+# both formats, both output dtypes, both scale layouts and every tensor_sf
+# mode of its format.
+DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
+    "dq_m128_k128_s4_w8": DequantizeConfig(),
+    "dq_m32_k256_s4_w8_3cta": DequantizeConfig(tile_m=32, tile_k=256, min_ctas_per_sm=3),
+    "dq_m128_k32_s8_w4_tile_per_cta": DequantizeConfig(tile_k=32, num_stages=8, consumer_warps=4, persistent=False),
+    "dq_simt_256": DequantizeSimtConfig(),
+}
+
+# The global scale's two passes; the amax pass per input dtype and load width.
+GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig] = {
+    "amax_512": AmaxConfig(),
+    "amax_512_fp16": AmaxConfig(input_dtype="float16"),
+    "amax_512_scalar": AmaxConfig(vector_loads=False),
+    "amax_512_scalar_fp16": AmaxConfig(vector_loads=False, input_dtype="float16"),
+    "global_scale_256": GlobalScaleConfig(),
+}
+
+
+def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSimtConfig]:
+    """Every dequantization config for ``arch``, named ``base/fmt/out_dtype/sf_layout/tensor_sf_mode``."""
+    out = {}
+    for name, cfg in DEQUANTIZE.items():
+        for fmt in FORMATS:
+            for dtype in OUT_DTYPES:
+                for layout in SF_LAYOUTS:
+                    for mode in tensor_sf_modes(fmt):
+                        out[f"{name}/{fmt}/{dtype}/{layout}/{mode}"] = cfg.replace(
+                            arch=arch, fmt=fmt, out_dtype=dtype, sf_layout=layout, tensor_sf_mode=mode)
+    return out
+
+
 def tuned_variants() -> dict[str, QuantizeConfig]:
     """The configs of the shipped tuned tables, by shape class."""
     from .config import ARCHS
@@ -51,7 +87,8 @@ def tuned_variants() -> dict[str, QuantizeConfig]:
 
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
     """Every shipped config for ``arch`` (named, tuned-table entries included,
-    duplicates dropped), in both scale layouts and both tensor_sf modes."""
+    duplicates dropped), in both scale layouts and both tensor_sf modes; then
+    the dequantization variants and the two global-scale kernels."""
     bases: dict = {}
     for name, cfg in {**SHIPPED, **tuned_variants(), **SIMT}.items():
         cfg = cfg.replace(arch=arch)
@@ -62,4 +99,6 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
         for layout in ("swizzled", "linear"):
             for mode in ("value", "pointer"):
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
+    out.update(dequantize_variants(arch))
+    out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
     return out
