@@ -8,6 +8,9 @@ and streams with TMA descriptors and programmatic dependent launch.
 from ._version import __version__
 from .api import quantize_nvfp4
 from .compiler import CompileError
+from .dequantize import dequantize_mxfp4, dequantize_nvfp4
+from .dequantize_config import DequantizeConfig, DequantizeSimtConfig
+from .global_scale import global_scale
 from .config import ConfigError, QuantizeConfig, SimtConfig, Swizzle, default_config
 from .layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
 from .tma import TmaError
@@ -15,6 +18,11 @@ from .tma import TmaError
 __all__ = [
     "__version__",
     "quantize_nvfp4",
+    "dequantize_nvfp4",
+    "dequantize_mxfp4",
+    "global_scale",
+    "DequantizeConfig",
+    "DequantizeSimtConfig",
     "QuantizeConfig",
     "SimtConfig",
     "Swizzle",

@@ -8,6 +8,7 @@ import math
 from . import driver
 from .arrays import InputView, as_input, as_tensor_sf, output, sf_shape, stream_handle
 from .config import SF_LAYOUTS, QuantizeConfig, SimtConfig
+from .global_scale import global_scale
 from .kernels import get_kernel
 from .launch import TensorMapArg, launch
 from .tma import TensorMapCache, TensorMapSpec
@@ -61,9 +62,20 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     when ``"linear"``. ``tensor_sf`` is a float (passed by value) or a
     device float32 scalar (read by the kernel: no host sync, graph-safe).
     The work is queued on ``stream`` (default: CuPy's current stream).
+
+    ``tensor_sf="dynamic"`` computes the tensor scale on the device first
+    (``fp4q.global_scale(x)``: the same stream, chained with PDL, no host
+    sync) and returns the 3-tuple ``(q, sf, tensor_sf_device)``, the last a
+    float32 device scalar of shape ``()`` (what ``dequantize_nvfp4`` takes).
     """
     if sf_layout not in SF_LAYOUTS:
         raise ValueError(f"sf_layout must be 'swizzled' or 'linear', got {sf_layout!r}")
+    if isinstance(tensor_sf, str):
+        if tensor_sf != "dynamic":
+            raise ValueError(f"tensor_sf must be a float, a device float32 scalar or 'dynamic', got {tensor_sf!r}")
+        scale = global_scale(x, stream=stream, pdl=pdl)
+        kwargs = dict(sf_layout=sf_layout, out=out, sf_out=sf_out, stream=stream, config=config, pdl=pdl)
+        return (*quantize_nvfp4(x, scale, **kwargs), scale)
     view = as_input(x)
     if view.rows > _MAX_ROWS:
         raise ValueError(f"x has {view.rows} rows; at most {_MAX_ROWS} are supported")
