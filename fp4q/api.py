@@ -1,25 +1,42 @@
-"""The public entry points: validate the call, choose a kernel, launch it."""
+"""The public entry points: validate the call, choose a kernel, launch it.
+
+A call first tries its stored plan (``plans.py``), which re-checks only what
+varies between calls of one kind; a call without a plan, or one that fails
+any of those checks, takes the checked path, which runs every check in the
+documented order and stores the plan for the next call.
+"""
 
 from __future__ import annotations
 
-import ctypes
-import math
+import functools
 
-from . import driver
-from .arrays import InputView, as_input, as_tensor_sf, output, sf_shape, stream_handle
+import numpy as np
+
+from . import arrays, driver, plans
+from .arrays import (
+    TENSOR_SF_MAX,
+    TENSOR_SF_MIN,
+    InputView,
+    as_input,
+    as_tensor_sf,
+    empty_uint8,
+    output,
+    sf_shape,
+    stream_handle,
+)
 from .config import SF_LAYOUTS, QuantizeConfig, SimtConfig
 from .global_scale import global_scale
 from .kernels import get_kernel
-from .launch import TensorMapArg, launch
-from .tma import TensorMapCache, TensorMapSpec
+from .plans import SimtLauncher, TmaLauncher
+from .tma import TensorMapCache
 from .tuning import choose_config
 
-_tensor_maps = TensorMapCache()
 _MAX_ROWS = 2**31 - 1
 
 
 def tensor_map_cache() -> TensorMapCache:
-    return _tensor_maps
+    """The encoded tensor maps shared by every plan (``plans.tensor_maps``)."""
+    return plans.tensor_maps
 
 
 def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
@@ -37,20 +54,34 @@ def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024, typed=True)
+def _replaced(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str):
+    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch)
+
+
+def _for_call(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str):
+    """``config.replace(...)`` with a call's fields. Memoized by value and type for the two
+    config classes themselves: they are frozen and validated on construction, so equal inputs
+    give an equal, valid config (or the same ConfigError, which is not memoized)."""
+    if type(config) is QuantizeConfig or type(config) is SimtConfig:
+        return _replaced(config, sf_layout, tensor_sf_mode, input_dtype, arch)
+    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch)
+
+
 def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mode: str, arch: str):
-    call = dict(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=view.dtype, arch=arch)
+    call = (sf_layout, tensor_sf_mode, view.dtype, arch)
     if config is not None and not isinstance(config, (QuantizeConfig, SimtConfig)):
         raise TypeError(f"config must be None, a QuantizeConfig or a SimtConfig, got {type(config).__name__}")
     if isinstance(config, SimtConfig):
-        return config.replace(**call)
+        return _for_call(config, *call)
     obstacle = _tma_obstacle(view, q, sf, sf_layout)
     if isinstance(config, QuantizeConfig):
         if obstacle is not None:
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
-        return config.replace(**call)
+        return _for_call(config, *call)
     if obstacle is not None:
-        return SimtConfig(**call)
-    return choose_config(view.rows, view.cols, arch).replace(**call)
+        return SimtConfig(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=view.dtype, arch=arch)
+    return _for_call(choose_config(view.rows, view.cols, arch), *call)
 
 
 def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None, pdl=True):
@@ -76,6 +107,17 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
         scale = global_scale(x, stream=stream, pdl=pdl)
         kwargs = dict(sf_layout=sf_layout, out=out, sf_out=sf_out, stream=stream, config=config, pdl=pdl)
         return (*quantize_nvfp4(x, scale, **kwargs), scale)
+    cupy = arrays._cupy()
+    if type(x) is not cupy.ndarray:
+        x = arrays._as_cupy(x, "x")  # as_input's first step, with its errors
+    done = _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl)
+    if done is not None:
+        return done
+    return _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl)
+
+
+def _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl):
+    """Every check in order, each failure with its own message; then launch and store the call's plan."""
     view = as_input(x)
     if view.rows > _MAX_ROWS:
         raise ValueError(f"x has {view.rows} rows; at most {_MAX_ROWS} are supported")
@@ -86,61 +128,110 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     handle = stream_handle(stream, view.device)
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be a bool, got {pdl!r}")
+    plan = _plan_for(view, q, sf, sf_layout, scale.mode, config)
     if view.rows == 0 or view.cols == 0:
         return q, sf
     dev = driver.device(view.device)
     cfg = _resolve_config(config, view, q, sf, sf_layout, scale.mode, dev.arch)
     kernel = get_kernel(cfg, dev.ordinal)
-    if isinstance(cfg, QuantizeConfig):
-        grid, args = _tma_launch(cfg, kernel, view, q, sf, scale)
-    else:
-        grid, args = _simt_launch(cfg, kernel, view, q, sf, scale)
-    with driver.in_context(dev):
-        launch(kernel.function, grid, kernel.threads, kernel.smem_bytes, handle, args, pdl)
+    aligned = plan.aligned(view.ptr, q.data.ptr, sf.data.ptr) if plan is not None else None
+    launcher = plan.launchers[aligned] if plan is not None else None
+    if launcher is None or launcher.kernel is not kernel:
+        launcher_type = TmaLauncher if isinstance(cfg, QuantizeConfig) else SimtLauncher
+        launcher = launcher_type(cfg, kernel, view.rows, view.cols, view.row_stride, sf_layout == "swizzled")
+        if plan is not None:
+            plan.launchers[aligned] = launcher
+    launcher(view.ptr, q.data.ptr, sf.data.ptr, scale.value, scale.ptr, handle, pdl)
     return q, sf
 
 
-def _scale_args(scale):
-    return [ctypes.c_float(scale.value), ctypes.c_void_p(scale.ptr)]
+def _plan_for(view: InputView, q, sf, sf_layout: str, mode: str, config) -> plans.Plan | None:
+    """The stored plan for this (fully checked) call, made if missing; None where calls of this kind
+    never take the planned path."""
+    arr = view.array
+    if type(arr) is not arrays._cupy().ndarray or type(sf_layout) is not str:
+        return None
+    key = plans.plan_key(arr, view.device, sf_layout, mode, config)
+    plan = plans.lookup(key)
+    if plan is None or plan.config is not config:
+        plan = plans.remember(key, plans.Plan(config, view, q.shape, sf.shape, sf_layout))
+    return plan
 
 
-def _tma_launch(cfg: QuantizeConfig, kernel, view: InputView, q, sf, scale):
-    rows, cols = view.rows, view.cols
-    in_map = _tensor_maps.get(
-        TensorMapSpec(view.ptr, 2, (cols, rows), (view.row_stride * 2,), (cfg.input_box_k, cfg.tile_m),
-                      cfg.input_swizzle, l2_promotion=256),
-        "x",
-    )
-    q_map = _tensor_maps.get(
-        TensorMapSpec(q.data.ptr, 1, (cols // 2, rows), (cols // 2,), (cfg.output_box_k, cfg.tile_m),
-                      cfg.output_swizzle),
-        "out",
-    )
-    if cfg.sf_layout == "swizzled":
-        k_blocks, m_blocks = math.ceil(cols / 64), math.ceil(rows / 128)
-        sf_map = _tensor_maps.get(
-            TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
-                          tuple(reversed(cfg.scales_box))),
-            "sf_out",
-        )
-        sf_linear = 0
+# tensor_sf types whose float32 rounding the argument packing reproduces exactly
+# (a C double -> float cast, as numpy's), and the int range that converts to a
+# double exactly (so to float32 with one rounding).
+_FLOAT_TYPES = frozenset({float, np.float64, np.float32, np.float16})
+_EXACT_INT = 2**53
+_F32 = np.dtype(np.float32)
+_U8 = np.dtype(np.uint8)
+
+
+def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl):
+    """The call through its stored plan, or None when the checked path must take it.
+
+    Runs only where the stored plan proves the checks on ``x``, the config
+    and the kernel already passed; the checks that depend on this call's
+    values are repeated here, and any that would fail sends the call to the
+    checked path, which raises the message in the documented order.
+    """
+    if type(sf_layout) is not str or (pdl is not True and pdl is not False):
+        return None
+    data = x.data
+    dev = data.device_id
+    kind = type(tensor_sf)
+    if kind in _FLOAT_TYPES or (kind is int and -_EXACT_INT <= tensor_sf <= _EXACT_INT):
+        value = float(tensor_sf)  # exact for these types; compared as a double, not in numpy's float16
+        # float32 rounding is monotonic and both bounds are float32 values, so a value in range
+        # rounds into range; one just outside that would round into it takes the checked path.
+        if not TENSOR_SF_MIN <= value <= TENSOR_SF_MAX:  # also rejects nan and inf
+            return None
+        mode, scale_ptr = "value", 0  # packed as a C float, so rounded as np.float32 rounds it
+    elif kind is cupy.ndarray:
+        if not (tensor_sf.dtype == _F32 and tensor_sf.size == 1 and tensor_sf.ndim <= 1
+                and tensor_sf.data.device_id == dev):
+            return None
+        mode, value, scale_ptr = "pointer", 0.0, tensor_sf.data.ptr
     else:
-        sf_map, sf_linear = q_map, sf.data.ptr
-    tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
-    grid = min(tiles, kernel.device.sm_count * kernel.ctas_per_sm) if cfg.persistent else tiles
-    args = [TensorMapArg(in_map), TensorMapArg(q_map), TensorMapArg(sf_map), ctypes.c_void_p(sf_linear),
-            *_scale_args(scale), ctypes.c_int32(rows), ctypes.c_int32(cols)]
-    return grid, args
-
-
-def _simt_launch(cfg: SimtConfig, kernel, view: InputView, q, sf, scale):
-    groups = view.cols // 16
-    if cfg.sf_layout == "swizzled":
-        total = math.ceil(view.rows / 128) * 128 * math.ceil(groups / 4) * 4
+        return None
+    plan = plans._plans.get((x.shape, x.strides, x.dtype, dev, sf_layout, mode, id(config)))  # plans.plan_key
+    if plan is None or plan.config is not config:
+        return None
+    x_ptr = data.ptr
+    x_end = x_ptr + plan.x_span
+    q_size = plan.q_size
+    if out is None:
+        q = empty_uint8(plan.q_shape, dev)
+        q_ptr = q.data.ptr
+    elif (type(out) is cupy.ndarray and out.dtype == _U8 and out.shape == plan.q_shape
+          and out.data.device_id == dev and out.flags.c_contiguous):
+        q = out
+        q_ptr = q.data.ptr
+        # arrays.output's aliasing rule: a non-empty out must not overlap x.
+        if q_size and q_ptr < x_end and x_ptr < q_ptr + q_size:
+            return None
     else:
-        total = view.rows * groups
-    grid = max(1, min(math.ceil(total / cfg.threads), kernel.device.sm_count * kernel.ctas_per_sm * 4))
-    args = [ctypes.c_void_p(view.ptr), ctypes.c_int64(view.row_stride), ctypes.c_void_p(q.data.ptr),
-            ctypes.c_void_p(sf.data.ptr), *_scale_args(scale), ctypes.c_int32(view.rows),
-            ctypes.c_int32(view.cols)]
-    return grid, args
+        return None
+    sf_size = plan.sf_size
+    if sf_out is None:
+        sf = empty_uint8(plan.sf_shape, dev)
+        sf_ptr = sf.data.ptr
+    elif (type(sf_out) is cupy.ndarray and sf_out.dtype == _U8 and sf_out.shape == plan.sf_shape
+          and sf_out.data.device_id == dev and sf_out.flags.c_contiguous):
+        sf = sf_out
+        sf_ptr = sf.data.ptr
+        # ... nor overlap x or out.
+        if sf_size and ((sf_ptr < x_end and x_ptr < sf_ptr + sf_size)
+                        or (q_size and sf_ptr < q_ptr + q_size and q_ptr < sf_ptr + sf_size)):
+            return None
+    else:
+        return None
+    handle = cupy.cuda.get_current_stream(dev).ptr if stream is None else stream_handle(stream, dev)
+    if plan.empty:
+        return q, sf
+    aligned = not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)  # Plan.aligned
+    launcher = plan.launchers[aligned]
+    if launcher is None:
+        return None
+    launcher(x_ptr, q_ptr, sf_ptr, value, scale_ptr, handle, pdl)
+    return q, sf

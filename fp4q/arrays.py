@@ -20,10 +20,16 @@ TENSOR_SF_MAX = 2.0**100
 _INPUT_DTYPES = {"uint16": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-def _cupy():
-    import cupy
+_cupy_module = None
 
-    return cupy
+
+def _cupy():
+    global _cupy_module
+    if _cupy_module is None:
+        import cupy
+
+        _cupy_module = cupy
+    return _cupy_module
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,15 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
+def empty_uint8(shape: tuple[int, ...], device: int):
+    """A new uint8 CuPy array on ``device`` (switching devices only when it is not current)."""
+    cupy = _cupy()
+    if cupy.cuda.runtime.getDevice() == device:
+        return cupy.empty(shape, dtype=np.uint8)
+    with cupy.cuda.Device(device):
+        return cupy.empty(shape, dtype=np.uint8)
+
+
 def _span(arr) -> tuple[int, int]:
     return (arr.data.ptr, arr.data.ptr + arr.nbytes)
 
@@ -158,8 +173,7 @@ def output(buf, name: str, shape: tuple[int, ...], view: InputView, others=()):
     """Allocate an output, or validate a caller's buffer (shape, dtype, device, layout, aliasing)."""
     cupy = _cupy()
     if buf is None:
-        with cupy.cuda.Device(view.device):
-            return cupy.empty(shape, dtype=np.uint8)
+        return empty_uint8(shape, view.device)
     if not isinstance(buf, cupy.ndarray):
         raise TypeError(f"{name} must be a CuPy uint8 array, got {type(buf).__name__}")
     if buf.dtype != np.uint8:
@@ -182,8 +196,9 @@ def stream_handle(stream, device: int) -> int:
     """The raw CUstream for ``stream`` (default: CuPy's current stream), checked against the device."""
     cupy = _cupy()
     if stream is None:
-        with cupy.cuda.Device(device):
-            return cupy.cuda.get_current_stream().ptr
+        # The same stream as `with cupy.cuda.Device(device): get_current_stream()`,
+        # without switching devices.
+        return cupy.cuda.get_current_stream(device).ptr
     if isinstance(stream, (cupy.cuda.Stream, cupy.cuda.ExternalStream)):
         stream_device = getattr(stream, "device_id", device)
         if stream_device not in (-1, device):

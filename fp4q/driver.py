@@ -23,10 +23,17 @@ class NoGpuError(CudaError):
     """No usable CUDA driver or device in this process."""
 
 
-def _cu():
-    from cuda.bindings import driver
+_driver_module = None
 
-    return driver
+
+def _cu():
+    """``cuda.bindings.driver``, imported on first use (it loads no library until a call)."""
+    global _driver_module
+    if _driver_module is None:
+        from cuda.bindings import driver
+
+        _driver_module = driver
+    return _driver_module
 
 
 def check(result, what: str):
@@ -100,12 +107,24 @@ def device(ordinal: int) -> Device:
         return _device(ordinal)
 
 
+def is_current(dev: Device) -> bool:
+    """Whether ``dev``'s primary context is the calling thread's current context.
+
+    Asked of the driver on every call: CuPy, torch or the caller may switch
+    contexts between two calls, so the answer is never cached.
+    """
+    result = _cu().cuCtxGetCurrent()
+    if result[0]:  # not CUDA_SUCCESS (0)
+        check(result, "cuCtxGetCurrent")
+    current = result[1]
+    return current is not None and int(current) == dev.context_handle
+
+
 @contextlib.contextmanager
 def in_context(dev: Device):
     """Make ``dev``'s primary context current for the block, then restore."""
     cu = _cu()
-    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if current is not None and int(current) == dev.context_handle:
+    if is_current(dev):
         yield
         return
     check(cu.cuCtxPushCurrent(dev.context), "cuCtxPushCurrent")
