@@ -1,0 +1,694 @@
+"""Stored launch plans (fp4q/plans.py) without a GPU.
+
+CuPy arrays, the device, kernel loading, tensor-map encoding and the
+driver's launch are faked; everything else (validation, plans, argument
+packing, CUlaunchConfig objects) is the real code. Each launch is decoded
+from the void*[] the driver would read and compared with the arguments the
+pre-plan implementation built (``legacy_args``, kept verbatim from it), on
+the first call of a kind (checked path) and on the calls after it (planned
+path). Plan keys must differ where a reused plan would be wrong: pointer
+alignment, scale layout, tensor_sf mode, config object; pdl, the stream,
+the pointers and the tensor_sf value are per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from fp4q import api, arrays, driver, kernels, plans, tma
+from fp4q.config import ConfigError, QuantizeConfig, SimtConfig
+from fp4q.launch import LaunchTemplate
+from fp4q.layouts import swizzled_sf_shape
+from fp4q.tma import TensorMapCache, TensorMapSpec
+
+cu = pytest.importorskip("cuda.bindings.driver")
+
+SUCCESS = cu.CUresult.CUDA_SUCCESS
+PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+SM_COUNT = 132
+CTAS_PER_SM = 2
+
+
+# --------------------------------------------------------------------------------------------------- fake CuPy
+class FakeMemory:
+    __slots__ = ("ptr", "device_id")
+
+    def __init__(self, ptr, device_id):
+        self.ptr = ptr
+        self.device_id = device_id
+
+
+class FakeArray:
+    """What fp4q reads of a cupy.ndarray."""
+
+    def __init__(self, shape, dtype, ptr, strides=None, device=0, c_contiguous=True):
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        self.ndim = len(self.shape)
+        self.size = math.prod(self.shape)
+        self.nbytes = self.size * self.dtype.itemsize
+        if strides is None:
+            strides, step = [], self.dtype.itemsize
+            for d in reversed(self.shape):
+                strides.insert(0, step)
+                step *= d
+        self.strides = tuple(strides)
+        self.data = FakeMemory(ptr, device)
+        self.flags = types.SimpleNamespace(c_contiguous=c_contiguous)
+
+    @property
+    def device(self):
+        return types.SimpleNamespace(id=self.data.device_id)
+
+
+class FakeStream:
+    def __init__(self, ptr, device_id=-1):
+        self.ptr = ptr
+        self.device_id = device_id
+
+
+class FakeCupy(types.ModuleType):
+    def __init__(self):
+        super().__init__("cupy")
+        self.ndarray = FakeArray
+        self.next_ptr = 0x7F0000000000
+        self.current_device = 0
+        self.current_stream = {0: FakeStream(0), 1: FakeStream(0)}
+        self.allocations = []
+        fake = self
+
+        class Device:
+            def __init__(self, id):
+                self.id = id
+
+            def __enter__(self):
+                self.prev, fake.current_device = fake.current_device, self.id
+
+            def __exit__(self, *exc):
+                fake.current_device = self.prev
+
+        self.cuda = types.SimpleNamespace(
+            Device=Device,
+            Stream=FakeStream,
+            ExternalStream=FakeStream,
+            get_current_stream=lambda device_id=-1: self.current_stream[
+                self.current_device if device_id == -1 else device_id],
+            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device),
+        )
+
+    def alloc(self, nbytes):
+        ptr = self.next_ptr
+        self.next_ptr += (nbytes + 511) // 512 * 512 + 512
+        return ptr
+
+    def empty(self, shape, dtype):
+        arr = FakeArray(shape, dtype, self.alloc(math.prod(shape) * np.dtype(dtype).itemsize),
+                        device=self.current_device)
+        self.allocations.append(arr)
+        return arr
+
+    def array(self, shape, dtype=np.uint16, offset=0, **kwargs):
+        """A device array at a fresh 512-byte aligned address plus ``offset`` bytes."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        return FakeArray(shape, dtype, self.alloc(nbytes + offset) + offset, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------- fake driver
+class FakeDriver:
+    """Records launches, decoded from the argument block as the driver would read it."""
+
+    def __init__(self):
+        self.context = cu.CUcontext(0x5000)
+        self.current = self.context
+        self.launches = []
+        self.pushes = []
+        self.functions = {}  # int(CUfunction) -> config
+        self.encodes = []  # (spec, what)
+        self.maps = {}  # address of a map's storage -> its spec
+
+    def device(self, ordinal):
+        return driver.Device(ordinal, "Fake H200", (9, 0), SM_COUNT, 232448, self.context, int(self.context))
+
+    def load(self, config, dev):
+        threads, smem = kernels._launch_shape(config)
+        function = cu.CUfunction(0x1000 + len(self.functions))
+        self.functions[int(function)] = config
+        return kernels.LoadedKernel(config, None, dev, function, threads, smem, CTAS_PER_SM, None)
+
+    def encode(self, spec, what):
+        spec.validate(what)
+        tensor_map = cu.CUtensorMap()
+        self.encodes.append((spec, what))
+        self.maps[int(tensor_map.getPtr())] = spec
+        return tensor_map
+
+    def cuCtxGetCurrent(self):
+        return (SUCCESS, self.current)
+
+    def cuCtxPushCurrent(self, ctx):
+        self.pushes.append(("push", int(ctx), int(self.current)))
+        self.saved, self.current = self.current, ctx
+        return (SUCCESS,)
+
+    def cuCtxPopCurrent(self):
+        self.pushes.append(("pop",))
+        self.current = self.saved
+        return (SUCCESS, self.current)
+
+    def cuLaunchKernelEx(self, config, function, params, extra):
+        assert extra == 0 and isinstance(params, int)
+        assert int(self.current) == int(self.context), "launched outside the device's context"
+        kernel_config = self.functions[int(function)]
+        ptrs = (ctypes.c_void_p * 8).from_address(params)
+        if isinstance(kernel_config, QuantizeConfig):
+            kinds = ("map", "map", "map", ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_int32,
+                     ctypes.c_int32)
+        else:
+            kinds = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                     ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
+        args = []
+        for kind, ptr in zip(kinds, ptrs):
+            if kind == "map":
+                args.append(("map", self.maps[ptr]))
+            else:
+                args.append((kind.__name__, bytes(kind.from_address(ptr))))
+        pdl = config.numAttrs == 1
+        if pdl:
+            attr = config.attrs[0]
+            assert attr.id == PDL_ATTR and attr.value.programmaticStreamSerializationAllowed == 1
+        self.launches.append(dict(
+            config=kernel_config, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
+            block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
+            stream=int(config.hStream), pdl=pdl, args=args, thread=threading.get_ident(),
+            launch_config=config,  # kept alive, so ids are not reused during a test
+        ))
+        return (SUCCESS,)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake_cupy, fake = FakeCupy(), FakeDriver()
+    monkeypatch.setattr(arrays, "_cupy", lambda: fake_cupy)
+    monkeypatch.setattr(driver, "_device", fake.device)
+    monkeypatch.setattr(kernels, "_load", fake.load)
+    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setattr(tma, "encode", fake.encode)
+    monkeypatch.setattr(plans, "_plans", {})
+    monkeypatch.setattr(plans, "tensor_maps", TensorMapCache())
+    for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuLaunchKernelEx"):
+        monkeypatch.setattr(cu, name, getattr(fake, name))
+    fake.cupy = fake_cupy
+    fake.checked = 0  # calls that took the checked path
+    checked_call = api._checked_call
+
+    def counting(*args):
+        fake.checked += 1
+        return checked_call(*args)
+
+    monkeypatch.setattr(api, "_checked_call", counting)
+    return fake
+
+
+# ------------------------------------------------------------------------------------ the pre-plan argument lists
+def legacy_args(cfg, view, q, sf, scale):
+    """The grid and arguments the implementation before plans built (api._tma_launch / _simt_launch),
+    as (kind, bytes) pairs and ("map", TensorMapSpec)."""
+    rows, cols = view["rows"], view["cols"]
+    x_ptr, row_stride = view["ptr"], view["row_stride"]
+    scale_args = [ctypes.c_float(scale[0]), ctypes.c_void_p(scale[1])]
+    if isinstance(cfg, QuantizeConfig):
+        in_spec = TensorMapSpec(x_ptr, 2, (cols, rows), (row_stride * 2,), (cfg.input_box_k, cfg.tile_m),
+                                cfg.input_swizzle, l2_promotion=256)
+        q_spec = TensorMapSpec(q.data.ptr, 1, (cols // 2, rows), (cols // 2,), (cfg.output_box_k, cfg.tile_m),
+                               cfg.output_swizzle)
+        if cfg.sf_layout == "swizzled":
+            k_blocks, m_blocks = math.ceil(cols / 64), math.ceil(rows / 128)
+            sf_spec = TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
+                                    tuple(reversed(cfg.scales_box)))
+            sf_linear = 0
+        else:
+            sf_spec, sf_linear = q_spec, sf.data.ptr
+        tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
+        grid = min(tiles, SM_COUNT * CTAS_PER_SM) if cfg.persistent else tiles
+        scalars = [ctypes.c_void_p(sf_linear), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols)]
+        maps = [("map", in_spec), ("map", q_spec), ("map", sf_spec)]
+    else:
+        groups = cols // 16
+        if cfg.sf_layout == "swizzled":
+            total = math.ceil(rows / 128) * 128 * math.ceil(groups / 4) * 4
+        else:
+            total = rows * groups
+        grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
+        scalars = [ctypes.c_void_p(x_ptr), ctypes.c_int64(row_stride), ctypes.c_void_p(q.data.ptr),
+                   ctypes.c_void_p(sf.data.ptr), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols)]
+        maps = []
+    return grid, maps + [(type(s).__name__, bytes(s)) for s in scalars]
+
+
+def check_launch(launch, cfg_type, x, q, sf, tensor_sf, stream, pdl, row_stride=None):
+    """``launch`` is what the pre-plan code would have launched for this call."""
+    cfg = launch["config"]
+    assert type(cfg) is cfg_type
+    rows, cols = math.prod(x.shape[:-1]), x.shape[-1]
+    view = dict(rows=rows, cols=cols, ptr=x.data.ptr, row_stride=row_stride or x.strides[-2] // 2)
+    if isinstance(tensor_sf, FakeArray):
+        scale = (0.0, tensor_sf.data.ptr)
+    else:
+        scale = (float(np.float32(tensor_sf)), 0)
+    grid, args = legacy_args(cfg, view, q, sf, scale)
+    assert launch["grid"] == (grid, 1, 1)
+    assert launch["block"] == (cfg.threads, 1, 1)
+    assert launch["smem"] == (cfg.smem.total if isinstance(cfg, QuantizeConfig) else 0)
+    assert launch["stream"] == stream and launch["pdl"] is pdl
+    assert launch["args"] == args
+
+
+def call(gpu, x, tensor_sf=1.0, **kwargs):
+    before = len(gpu.launches)
+    q, sf = api.quantize_nvfp4(x, tensor_sf, **kwargs)
+    new = gpu.launches[before:]
+    assert len(new) <= 1
+    return q, sf, (new[0] if new else None)
+
+
+def swizzled(cupy, m, k, offset=0):
+    return cupy.array(swizzled_sf_shape(m, k // 16), np.uint8, offset)
+
+
+# ------------------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("m, k", [(16, 4096), (129, 2176), (1, 64), (300, 7168)])
+def test_planned_calls_launch_what_the_checked_call_launched(gpu, sf_layout, m, k):
+    cp = gpu.cupy
+    x = cp.array((m, k))
+    q = cp.array((m, k // 2), np.uint8)
+    sf = swizzled(cp, m, k) if sf_layout == "swizzled" else cp.array((m, k // 16), np.uint8)
+    for i in range(3):  # the first call stores the plan, the others use it
+        _, _, launch = call(gpu, x, 0.75, sf_layout=sf_layout, out=q, sf_out=sf)
+        check_launch(launch, QuantizeConfig, x, q, sf, 0.75, 0, True)
+    assert plans.plan_count() == 1 and gpu.checked == 1
+    assert len(gpu.launches) == 3
+
+
+def test_allocated_outputs_take_the_planned_path(gpu):
+    cp = gpu.cupy
+    x = cp.array((129, 2176))
+    for i in range(3):
+        q, sf, launch = call(gpu, x, 2.0)
+        assert q.shape == (129, 1088) and sf.shape == swizzled_sf_shape(129, 136)
+        assert q.dtype == np.uint8 and sf.dtype == np.uint8
+        check_launch(launch, QuantizeConfig, x, q, sf, 2.0, 0, True)
+    assert len(cp.allocations) == 6 and plans.plan_count() == 1 and gpu.checked == 1
+
+
+def test_simt_planned_calls(gpu):
+    cp = gpu.cupy
+    x = cp.array((33, 80))  # K not a multiple of 32: SIMT
+    for sf_layout in ("swizzled", "linear"):
+        for _ in range(2):
+            q, sf, launch = call(gpu, x, 3.0, sf_layout=sf_layout)
+            check_launch(launch, SimtConfig, x, q, sf, 3.0, 0, True)
+    assert gpu.checked == 2
+
+
+def test_strided_and_batched_inputs(gpu):
+    cp = gpu.cupy
+    x = cp.array((3, 70, 256), strides=(70 * 512 * 2, 512 * 2, 2))  # rows 1024 bytes apart, 512 used
+    for _ in range(2):
+        q, sf, launch = call(gpu, x, 1.5, sf_layout="linear")
+        assert q.shape == (3, 70, 128) and sf.shape == (3, 70, 16)
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.5, 0, True, row_stride=512)
+
+
+def test_alignment_is_part_of_the_kind(gpu):
+    cp = gpu.cupy
+    m, k = 64, 1024
+    x = cp.array((m, k))
+    q_aligned, q_odd = cp.array((m, k // 2), np.uint8), cp.array((m, k // 2), np.uint8, offset=8)
+    sf = swizzled(cp, m, k)
+    for q, cfg_type in [(q_aligned, QuantizeConfig), (q_odd, SimtConfig), (q_aligned, QuantizeConfig),
+                        (q_odd, SimtConfig)]:
+        _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
+        check_launch(launch, cfg_type, x, q, sf, 1.0, 0, True)
+    # A misaligned swizzled sf_out also rules TMA out, a misaligned linear one does not (it is not a map).
+    sf_odd = swizzled(cp, m, k, offset=4)
+    _, _, launch = call(gpu, x, 1.0, out=q_aligned, sf_out=sf_odd)
+    check_launch(launch, SimtConfig, x, q_aligned, sf_odd, 1.0, 0, True)
+    sf_lin_odd = cp.array((m, k // 16), np.uint8, offset=4)
+    for _ in range(2):
+        _, _, launch = call(gpu, x, 1.0, sf_layout="linear", out=q_aligned, sf_out=sf_lin_odd)
+        check_launch(launch, QuantizeConfig, x, q_aligned, sf_lin_odd, 1.0, 0, True)
+    x_odd = cp.array((m, k), offset=2)
+    for _ in range(2):
+        _, _, launch = call(gpu, x_odd, 1.0, out=q_aligned, sf_out=sf)
+        check_launch(launch, SimtConfig, x_odd, q_aligned, sf, 1.0, 0, True)
+    plan = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None))
+    assert type(plan.launchers[True]) is plans.TmaLauncher and type(plan.launchers[False]) is plans.SimtLauncher
+    # Checked: the first aligned call, the first misaligned one (its SIMT launcher then serves every
+    # misaligned call of the kind: odd out, odd sf_out, odd x), the first linear one.
+    assert gpu.checked == 3
+
+
+def test_explicit_tma_config_on_misaligned_pointers_raises_every_time(gpu):
+    cp = gpu.cupy
+    x = cp.array((64, 1024))
+    cfg = QuantizeConfig()
+    q, sf = cp.array((64, 512), np.uint8), swizzled(cp, 64, 1024)
+    call(gpu, x, 1.0, out=q, sf_out=sf, config=cfg)  # stores the plan
+    q_odd = cp.array((64, 512), np.uint8, offset=8)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="config is a TMA QuantizeConfig, but TMA cannot serve this call: "
+                                             "out's base address 0x[0-9a-f]+ is not 16-byte aligned"):
+            api.quantize_nvfp4(x, 1.0, out=q_odd, sf_out=sf, config=cfg)
+    assert len(gpu.launches) == 1
+
+
+def test_layout_and_mode_are_part_of_the_kind(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 4096))
+    tsf = cp.array((), np.float32)
+    for _ in range(2):
+        for sf_layout in ("swizzled", "linear"):
+            for tensor_sf in (0.5, tsf):
+                q, sf, launch = call(gpu, x, tensor_sf, sf_layout=sf_layout)
+                check_launch(launch, QuantizeConfig, x, q, sf, tensor_sf, 0, True)
+                assert launch["config"].sf_layout == sf_layout
+                assert launch["config"].tensor_sf_mode == ("pointer" if tensor_sf is tsf else "value")
+    assert plans.plan_count() == 4 and gpu.checked == 4
+
+
+def test_tensor_sf_value_is_per_call_and_rounded_like_numpy(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 256))
+    q, sf = cp.array((16, 128), np.uint8), swizzled(cp, 16, 256)
+    rng = np.random.default_rng(0)
+    values = [1.0, 0.1, 1 / 3, 2.0**-126, 2.0**100, 7, np.float32(0.37), np.float64(1e-20), np.float16(0.1),
+              *(float(v) for v in np.exp(rng.uniform(-80, 60, 50)))]
+    for value in values:
+        _, _, launch = call(gpu, x, value, out=q, sf_out=sf)
+        check_launch(launch, QuantizeConfig, x, q, sf, value, 0, True)
+    # A value just outside the range that rounds into it is accepted, as np.float32 rounds it.
+    below = float(np.nextafter(2.0**-126, 0))
+    assert float(np.float32(below)) == 2.0**-126
+    assert gpu.checked == 1
+    _, _, launch = call(gpu, x, below, out=q, sf_out=sf)
+    check_launch(launch, QuantizeConfig, x, q, sf, below, 0, True)
+    assert gpu.checked == 2  # checked, as np.float32 would round it
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # np.float32(2**200)
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), 2.0**101, 1e-40, np.float16(0),
+                                 np.float16("inf"), 0, 2**200, True, np.bool_(True)])
+def test_bad_tensor_sf_raises_after_a_plan_exists(gpu, bad):
+    cp = gpu.cupy
+    x = cp.array((16, 256))
+    call(gpu, x, 1.0)
+    expected = TypeError if isinstance(bad, (bool, np.bool_)) else ValueError
+    for _ in range(2):
+        with pytest.raises(expected, match="tensor_sf"):
+            api.quantize_nvfp4(x, bad)
+    assert len(gpu.launches) == 1
+
+
+def test_device_tensor_sf_checks_after_a_plan_exists(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 256))
+    call(gpu, x, cp.array((), np.float32))
+    for bad, message in [
+        (cp.array((2,), np.float32), r"shape \(2,\)"),
+        (cp.array((), np.float64), "dtype float64"),
+        (cp.array((1, 1), np.float32), r"shape \(1, 1\)"),
+        (cp.array((), np.float32, device=1), "tensor_sf is on device 1 but x is on device 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            api.quantize_nvfp4(x, bad)
+    assert len(gpu.launches) == 1
+
+
+def test_output_checks_after_a_plan_exists(gpu):
+    cp = gpu.cupy
+    m, k = 16, 256
+    x = cp.array((m, k))
+    q, sf = cp.array((m, k // 2), np.uint8), swizzled(cp, m, k)
+    call(gpu, x, 1.0, out=q, sf_out=sf)
+    cases = [
+        (dict(out=cp.array((m, k // 2 + 1), np.uint8)), ValueError, r"out must have shape \(16, 128\)"),
+        (dict(out=cp.array((m, k // 2), np.int8)), TypeError, "out must have dtype uint8, got int8"),
+        (dict(out=cp.array((m, k // 2), np.uint8, device=1)), ValueError, "out is on device 1 but x is on device 0"),
+        (dict(out=cp.array((m, k // 2), np.uint8, c_contiguous=False)), ValueError, "out must be C-contiguous"),
+        (dict(out=FakeArray((m, k // 2), np.uint8, x.data.ptr + 64)), ValueError, "out overlaps the input x"),
+        (dict(sf_out=FakeArray(sf.shape, np.uint8, x.data.ptr + x.nbytes - 1)), ValueError,
+         "sf_out overlaps the input x"),
+        (dict(sf_out=FakeArray(sf.shape, np.uint8, q.data.ptr + 16)), ValueError, "sf_out overlaps out"),
+        (dict(sf_out=cp.array((m, k // 16), np.uint8)), ValueError, r"sf_out must have shape \(1, 4, 32, 4, 4\)"),
+        (dict(out=np.zeros((m, k // 2), np.uint8)), TypeError, "out must be a CuPy uint8 array, got ndarray"),
+        (dict(pdl=1), TypeError, "pdl must be a bool, got 1"),
+        (dict(pdl=np.bool_(True)), TypeError, "pdl must be a bool"),
+        (dict(stream="default"), TypeError, "stream must be a cupy.cuda.Stream"),
+        (dict(stream=FakeStream(5, device_id=1)), ValueError, "stream belongs to device 1 but x is on device 0"),
+        (dict(config="fast"), TypeError, "config must be None, a QuantizeConfig or a SimtConfig, got str"),
+        (dict(sf_layout="bogus"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'bogus'"),
+        (dict(sf_layout=np.str_("swizzled")), ConfigError, "sf_layout must be one of"),
+    ]
+    for extra, exc_type, message in cases:
+        kwargs = dict(out=q, sf_out=sf, **extra) if "out" not in extra and "sf_out" not in extra else extra
+        kwargs.setdefault("out", q)
+        kwargs.setdefault("sf_out", sf)
+        for _ in range(2):
+            with pytest.raises(exc_type, match=message):
+                api.quantize_nvfp4(x, 1.0, **kwargs)
+    assert len(gpu.launches) == 1
+    # Touching (not overlapping) buffers are fine, on both paths.
+    for _ in range(2):
+        _, _, launch = call(gpu, x, 1.0, out=FakeArray((m, k // 2), np.uint8, x.data.ptr + x.nbytes), sf_out=sf)
+        assert launch is not None
+
+
+def test_input_checks_after_a_plan_exists(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 256))
+    call(gpu, x, 1.0)
+    cases = [
+        (cp.array((16, 256), np.float32), TypeError, "x must hold bfloat16 or float16 values"),
+        (cp.array((16, 250)), ValueError, "K \\(the last dimension of x\\) must be a multiple of 16, got 250"),
+        (cp.array((256,)), ValueError, "x must have at least 2 dimensions"),
+        (cp.array((16, 256), strides=(512, 4)), ValueError, "the last dimension of x must be contiguous"),
+        (cp.array((16, 256), strides=(256, 2)), ValueError, "the rows of x must not overlap"),
+        (np.zeros((16, 256), np.uint16), TypeError, "x must be a CUDA array"),
+    ]
+    for bad, exc_type, message in cases:
+        for _ in range(2):
+            with pytest.raises(exc_type, match=message):
+                api.quantize_nvfp4(bad, 1.0)
+    assert len(gpu.launches) == 1
+
+
+def test_empty_inputs_launch_nothing_on_either_path(gpu):
+    cp = gpu.cupy
+    for shape, layout in [((0, 64), "swizzled"), ((5, 0), "linear")]:
+        for _ in range(2):
+            q, sf, launch = call(gpu, cp.array(shape), 1.0, sf_layout=layout)
+            assert launch is None
+    # pdl and the stream are still checked for an empty input; the config is not (the call returns first).
+    for _ in range(2):
+        with pytest.raises(TypeError, match="pdl must be a bool"):
+            api.quantize_nvfp4(cp.array((0, 64)), 1.0, pdl="yes")
+        call(gpu, cp.array((0, 64)), 1.0, config="not a config")
+
+
+def test_pdl_and_stream_are_per_call(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 4096))
+    q, sf = cp.array((16, 2048), np.uint8), swizzled(cp, 16, 4096)
+    streams = [None, FakeStream(0x1234, 0), 0x5678, FakeStream(0x9ABC, -1)]
+    for i in range(8):
+        pdl = bool(i % 3)
+        stream = streams[i % 4]
+        _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf, stream=stream, pdl=pdl)
+        handle = {None: 0, 0x5678: 0x5678}.get(stream) if not isinstance(stream, FakeStream) else stream.ptr
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.0, handle, pdl)
+    gpu.cupy.current_stream[0] = FakeStream(0x4242, 0)
+    _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
+    assert launch["stream"] == 0x4242
+    assert plans.plan_count() == 1 and gpu.checked == 1
+
+
+def test_default_stream_is_the_inputs_device(gpu):
+    cp = gpu.cupy
+    cp.current_stream[1] = FakeStream(0x1111, 1)
+    x = cp.array((16, 256), device=1)
+    for _ in range(2):
+        q, sf, launch = call(gpu, x, 1.0)
+        assert launch["stream"] == 0x1111
+        assert q.data.device_id == 1 and sf.data.device_id == 1
+        assert cp.current_device == 0  # allocating on device 1 switched back
+
+
+def test_config_object_is_part_of_the_kind(gpu):
+    cp = gpu.cupy
+    x = cp.array((64, 1024))
+    a, b = QuantizeConfig(num_stages=2), QuantizeConfig(num_stages=2)
+    assert a == b and a is not b
+    for cfg in (a, b, a, b, SimtConfig(), None):
+        q, sf, launch = call(gpu, x, 1.0, config=cfg)
+        if cfg is None:
+            assert launch["config"] == api.choose_config(64, 1024, "sm_90a").replace(sf_layout="swizzled")
+        else:
+            assert launch["config"] == cfg.replace(arch="sm_90a")
+        check_launch(launch, type(cfg or launch["config"]), x, q, sf, 1.0, 0, True)
+    assert plans.plan_count() == 4  # a, b, SimtConfig(), None
+    assert len(gpu.functions) == 3  # a and b are equal: one kernel
+
+
+def test_tensor_maps_follow_the_pointers(gpu):
+    cp = gpu.cupy
+    m, k = 256, 1024
+    x = cp.array((m, k))
+    qs = [cp.array((m, k // 2), np.uint8) for _ in range(3)]
+    sfs = [swizzled(cp, m, k) for _ in range(3)]
+    for i, j in [(0, 0), (1, 1), (2, 2), (1, 1), (0, 0), (0, 1), (0, 2), (2, 0), (0, 0)]:
+        _, _, launch = call(gpu, x, 1.0, out=qs[i], sf_out=sfs[j])
+        check_launch(launch, QuantizeConfig, x, qs[i], sfs[j], 1.0, 0, True)
+    assert len(gpu.encodes) == 1 + 3 * 2  # x once; each out and each sf_out once
+    assert gpu.checked == 1
+    # Another x with the same shape: its own map, never the first x's.
+    x2 = cp.array((m, k))
+    _, _, launch = call(gpu, x2, 1.0, out=qs[0], sf_out=sfs[0])
+    check_launch(launch, QuantizeConfig, x2, qs[0], sfs[0], 1.0, 0, True)
+
+
+def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
+    monkeypatch.setattr(plans, "MAPS_PER_LAUNCHER", 2)
+    cp = gpu.cupy
+    x = cp.array((128, 256))
+    outs = [(cp.array((128, 128), np.uint8), swizzled(cp, 128, 256)) for _ in range(4)]
+    for i in [0, 1, 2, 3, 0, 3]:
+        q, sf = outs[i]
+        _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
+    launcher = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None)).launchers[True]
+    assert len(launcher._maps) == 2
+
+
+def test_plans_are_bounded(gpu, monkeypatch):
+    monkeypatch.setattr(plans, "PLAN_CAPACITY", 3)
+    cp = gpu.cupy
+    xs = [cp.array((16, 64 * (i + 1))) for i in range(5)]
+    for x in xs + xs:
+        q, sf, launch = call(gpu, x, 1.0)
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
+    assert plans.plan_count() == 3
+
+
+def test_context_is_pushed_only_when_another_is_current(gpu):
+    cp = gpu.cupy
+    x = cp.array((16, 256))
+    call(gpu, x, 1.0)
+    call(gpu, x, 1.0)
+    assert gpu.pushes == []
+    gpu.current = cu.CUcontext(0x6000)
+    for _ in range(2):
+        q, sf, launch = call(gpu, x, 1.0)
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
+    assert gpu.pushes == [("push", 0x5000, 0x6000), ("pop",)] * 2
+    assert int(gpu.current) == 0x6000
+
+
+def test_launches_from_many_threads(gpu):
+    cp = gpu.cupy
+    n = 8
+    barrier = threading.Barrier(n)
+    work = []
+    for i in range(n):
+        x = cp.array((16 * (1 + i % 3), 1024))
+        m = x.shape[0]
+        work.append((x, cp.array((m, 512), np.uint8), swizzled(cp, m, 1024), FakeStream(0x100 + i, 0)))
+    errors = []
+
+    def body(i):
+        try:
+            x, q, sf, stream = work[i]
+            barrier.wait()
+            for j in range(50):
+                pdl = bool((i + j) % 2)
+                _, _, _ = api.quantize_nvfp4(x, 1.0 + i, out=q, sf_out=sf, stream=stream, pdl=pdl), None, None
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(gpu.launches) == n * 50
+    assert gpu.checked < n * 50
+    by_stream = {}
+    for launch in gpu.launches:
+        by_stream.setdefault(launch["stream"], []).append(launch)
+    configs_by_thread = {}
+    for i in range(n):
+        x, q, sf, stream = work[i]
+        launches = by_stream[stream.ptr]
+        assert len(launches) == 50
+        for launch in launches:
+            check_launch(launch, QuantizeConfig, x, q, sf, 1.0 + i, stream.ptr, launch["pdl"])
+            configs_by_thread.setdefault(launch["thread"], set()).add(id(launch["launch_config"]))
+    # No CUlaunchConfig object was used by two threads.
+    seen = [c for configs in configs_by_thread.values() for c in configs]
+    assert len(seen) == len(set(seen))
+
+
+def test_launch_template_configs_per_thread_and_pdl(monkeypatch):
+    seen = []
+
+    def fake_launch(config, function, params, extra):
+        seen.append((threading.get_ident(), id(config), config.numAttrs, int(config.hStream), config.gridDimX,
+                     config.blockDimX, config.sharedMemBytes, params))
+        return (SUCCESS,)
+
+    monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_launch)
+    template = LaunchTemplate(cu.CUfunction(1), 7, 384, 4096)
+    template.launch(11, 0x100, True)
+    template.launch(12, 0x200, False)
+    template.launch(13, 0x300, True)
+    t = threading.Thread(target=template.launch, args=(14, 0x400, True))
+    t.start()
+    t.join()
+    assert [s[2:] for s in seen] == [(1, 11, 7, 384, 4096, 0x100), (0, 12, 7, 384, 4096, 0x200),
+                                     (1, 13, 7, 384, 4096, 0x300), (1, 14, 7, 384, 4096, 0x400)]
+    assert seen[0][1] == seen[2][1] != seen[1][1]  # one config per PDL setting, reused
+    assert seen[3][1] not in (seen[0][1], seen[1][1])  # another thread, another config
+
+
+def test_launch_errors_name_the_call(monkeypatch):
+    monkeypatch.setattr(cu, "cuLaunchKernelEx", lambda *a: (cu.CUresult.CUDA_ERROR_INVALID_VALUE,))
+    monkeypatch.setattr(cu, "cuGetErrorName", lambda err: (SUCCESS, b"CUDA_ERROR_INVALID_VALUE"))
+    monkeypatch.setattr(cu, "cuGetErrorString", lambda err: (SUCCESS, b"invalid argument"))
+    with pytest.raises(driver.CudaError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
+        LaunchTemplate(cu.CUfunction(1), 1, 128, 0).launch(0, 0x100, False)
+
+
+def test_plan_key_fields():
+    x = FakeArray((4, 64), np.uint16, 0x1000)
+    cfg = QuantizeConfig()
+    base = plans.plan_key(x, 0, "swizzled", "value", None)
+    others = [
+        plans.plan_key(FakeArray((4, 64), np.float16, 0x1000), 0, "swizzled", "value", None),
+        plans.plan_key(FakeArray((4, 64), np.uint16, 0x1000, strides=(256, 2)), 0, "swizzled", "value", None),
+        plans.plan_key(FakeArray((2, 2, 64), np.uint16, 0x1000), 0, "swizzled", "value", None),
+        plans.plan_key(x, 1, "swizzled", "value", None),
+        plans.plan_key(x, 0, "linear", "value", None),
+        plans.plan_key(x, 0, "swizzled", "pointer", None),
+        plans.plan_key(x, 0, "swizzled", "value", cfg),
+        plans.plan_key(x, 0, "swizzled", "value", QuantizeConfig()),
+    ]
+    assert len({base, *others}) == len(others) + 1
+    # The pointer itself is not part of the key (alignment picks the launcher within a plan).
+    assert plans.plan_key(FakeArray((4, 64), np.uint16, 0x2000), 0, "swizzled", "value", None) == base
