@@ -12,7 +12,10 @@ TMA launchers keep the tensor maps of recently seen pointers.
 Plans are only stored after a call passed every check of the checked path
 (``api._checked_call``), and a plan is only found again by a call whose key
 fixes every input of those checks, so the fast path re-checks only what
-varies per call (pointers, outputs, tensor_sf, stream, pdl).
+varies per call (pointers, outputs, tensor_sf, stream, pdl). Whatever the
+fast path does not recognise (another array type, a new kind of tensor_sf
+or argument) goes to the checked path, so a feature added there works
+before it is made fast.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import math
 import struct
 import threading
 
+from .config import Swizzle
 from .driver import in_context, is_current
 from .launch import LaunchTemplate
-from .config import Swizzle
 from .tma import TensorMapCache, TensorMapSpec
 
 PLAN_CAPACITY = 1024
