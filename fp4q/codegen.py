@@ -34,9 +34,11 @@ class KernelSource:
 def templates_dir() -> pathlib.Path:
     """The template directory, installed (``fp4q.ptx_templates``) or in a checkout."""
     try:
-        installed = importlib.resources.files("fp4q.ptx_templates")
-        if installed.joinpath("ptx.cuh").is_file():
-            return pathlib.Path(str(installed))
+        # A directory without __init__.py is a namespace package, whose
+        # files() is a MultiplexedPath; a file inside it is a real path.
+        header = importlib.resources.files("fp4q.ptx_templates").joinpath("ptx.cuh")
+        if header.is_file():
+            return pathlib.Path(str(header)).parent
     except ModuleNotFoundError:
         pass
     checkout = pathlib.Path(__file__).resolve().parent.parent / "ptx_templates"
@@ -86,11 +88,14 @@ def _prelude(config, constants: dict[str, int], flags: dict[str, bool]) -> str:
 
 
 def _common_flags(config) -> dict[str, bool]:
-    return {
+    flags = {
         "FP4Q_INPUT_FP16": config.input_dtype == "float16",
         "FP4Q_TENSOR_SF_BY_POINTER": config.tensor_sf_mode == "pointer",
         "FP4Q_SF_SWIZZLED": config.sf_layout == "swizzled",
     }
+    if config.sf_vec_size == 32:
+        flags["FP4Q_MX_RCEIL"] = config.mx_mode == "rceil"
+    return flags
 
 
 def render_tma(config: QuantizeConfig) -> KernelSource:
@@ -107,6 +112,7 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
         "NUM_OUT_BUFFERS": config.out_buffers,
         "CONSUMER_THREADS": config.consumer_threads,
         "MIN_CTAS_PER_SM": config.min_ctas_per_sm,
+        "SF_VEC": config.sf_vec_size,
         "OFF_IN": smem.input,
         "OFF_Q": smem.q,
         "OFF_SF": smem.sf,
@@ -115,14 +121,14 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
     if config.setmaxnreg:
         constants.update(PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs)
     flags = {**_common_flags(config), "FP4Q_SETMAXNREG": config.setmaxnreg}
-    source = _prelude(config, constants, flags) + expand_includes("quantize_nvfp4_tma.cu")
-    return KernelSource("fp4q_quantize_nvfp4_tma", source, config.arch)
+    source = _prelude(config, constants, flags) + expand_includes("quantize_fp4_tma.cu")
+    return KernelSource("fp4q_quantize_fp4_tma", source, config.arch)
 
 
 def render_simt(config: SimtConfig) -> KernelSource:
-    source = _prelude(config, {"SIMT_THREADS": config.threads}, _common_flags(config))
-    source += expand_includes("quantize_nvfp4_simt.cu")
-    return KernelSource("fp4q_quantize_nvfp4_simt", source, config.arch)
+    source = _prelude(config, {"SIMT_THREADS": config.threads, "SF_VEC": config.sf_vec_size}, _common_flags(config))
+    source += expand_includes("quantize_fp4_simt.cu")
+    return KernelSource("fp4q_quantize_fp4_simt", source, config.arch)
 
 
 def render_numerics_probe(arch: str) -> KernelSource:

@@ -43,6 +43,7 @@ ARCHS: dict[str, ArchLimits] = {
 }
 
 SF_LAYOUTS = ("swizzled", "linear")
+MX_MODES = ("rceil", "floor")
 TENSOR_SF_MODES = ("value", "pointer")
 INPUT_DTYPES = ("bfloat16", "float16")
 
@@ -110,9 +111,11 @@ class QuantizeConfig:
     The input tile is ``tile_m x tile_k`` bf16 elements, loaded as boxes of
     ``tile_m x input_box_k``; the packed output tile ``tile_m x tile_k/2``
     bytes is stored as boxes of ``tile_m x output_box_k`` bytes; the scale
-    tile is the ``(tile_m/128, tile_k/64)`` slice of 512-byte blocks of the
-    128x4 layout. ``sf_layout``, ``tensor_sf_mode`` and ``input_dtype`` are
-    set from each call by the API.
+    tile is the ``(tile_m/128, tile_k/(4*sf_vec_size))`` slice of 512-byte
+    blocks of the 128x4 layout. ``sf_vec_size`` 16 is NVFP4 (e4m3 scales and
+    a tensor scale), 32 is MXFP4 (e8m0 scales, rounded by ``mx_mode``).
+    ``sf_layout``, ``tensor_sf_mode``, ``input_dtype`` and ``arch`` are set
+    from each call by the API.
     """
 
     tile_m: int = 128
@@ -122,6 +125,7 @@ class QuantizeConfig:
     output_box_k: int = 64
     output_swizzle: Swizzle = Swizzle.B64
     sf_vec_size: int = 16
+    mx_mode: str = "rceil"
     num_stages: int = 4
     consumer_warpgroups: int = 2
     out_buffers: int = 2
@@ -149,8 +153,14 @@ class QuantizeConfig:
         _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
         _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check(type(self.sf_vec_size) is int and self.sf_vec_size == 16,
-               f"sf_vec_size must be 16 for NVFP4, got {self.sf_vec_size!r}")
+        _check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
+        _check_choice("mx_mode", self.mx_mode, MX_MODES)
+        if self.sf_vec_size == 32:
+            _check(
+                self.tile_k % 128 == 0,
+                f"tile_k must be a multiple of 128 for sf_vec_size=32 (one 128x4 block of MXFP4 scales), "
+                f"got {self.tile_k}",
+            )
         _check_choice("tile_m", self.tile_m, (128, 256))
         _check_int("tile_k", self.tile_k, CHUNK_K, 1024)
         _check(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
@@ -217,7 +227,7 @@ class QuantizeConfig:
     @property
     def scales_tile(self) -> tuple[int, int, int, int]:
         """The tile's slice of the swizzled scales, outer first: 128-row blocks, 4-group blocks, 32, 16."""
-        return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // CHUNK_K, 32, 16)
+        return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // (4 * self.sf_vec_size), 32, 16)
 
     scales_box = scales_tile
 
@@ -225,7 +235,7 @@ class QuantizeConfig:
     def smem(self) -> SmemLayout:
         stage = self.tile_m * self.tile_k * 2
         q_tile = self.tile_m * self.tile_k // 2
-        sf_tile = self.tile_m * self.tile_k // 16 if self.sf_layout == "swizzled" else 0
+        sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.sf_layout == "swizzled" else 0
         q = _align(self.num_stages * stage, 1024)
         sf = _align(q + self.out_buffers * q_tile, 128)
         barriers = _align(sf + self.out_buffers * sf_tile, 8)
@@ -250,6 +260,8 @@ class SimtConfig:
     """The fallback kernel without TMA, for shapes and pointers TMA cannot address."""
 
     threads: int = 256
+    sf_vec_size: int = 16
+    mx_mode: str = "rceil"
     tensor_sf_mode: str = "value"
     sf_layout: str = "swizzled"
     input_dtype: str = "bfloat16"
@@ -257,6 +269,8 @@ class SimtConfig:
 
     def __post_init__(self) -> None:
         _check_choice("arch", self.arch, tuple(ARCHS))
+        _check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
+        _check_choice("mx_mode", self.mx_mode, MX_MODES)
         _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
         _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)

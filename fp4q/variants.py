@@ -40,7 +40,19 @@ SHIPPED: dict[str, QuantizeConfig] = {
                                            consumer_warpgroups=1, min_ctas_per_sm=4),
 }
 
-SIMT: dict[str, SimtConfig] = {"simt_256": SimtConfig()}
+# MXFP4 (groups of 32, e8m0 scales): tile_k covers whole 128x4 scale blocks.
+SHIPPED_MX: dict[str, QuantizeConfig] = {
+    "mx_m128_k128_s2_wg1_2cta": QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1,
+                                               min_ctas_per_sm=2),
+    "mx_m128_k128_s4_wg2": QuantizeConfig(sf_vec_size=32),
+    "mx_m128_k128_s4_wg2_floor": QuantizeConfig(sf_vec_size=32, mx_mode="floor"),
+}
+
+SIMT: dict[str, SimtConfig] = {
+    "simt_256": SimtConfig(),
+    "mx_simt_256": SimtConfig(sf_vec_size=32),
+    "mx_simt_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor"),
+}
 
 
 # Dequantization: the default TMA config, one per axis (tile shape, stages,
@@ -90,14 +102,16 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
     duplicates dropped), in both scale layouts and both tensor_sf modes; then
     the dequantization variants and the two global-scale kernels."""
     bases: dict = {}
-    for name, cfg in {**SHIPPED, **tuned_variants(), **SIMT}.items():
+    for name, cfg in {**SHIPPED, **SHIPPED_MX, **tuned_variants(), **SIMT}.items():
         cfg = cfg.replace(arch=arch)
         if cfg not in bases.values():
             bases[name] = cfg
     out = {}
     for name, cfg in bases.items():
+        # MXFP4 has no tensor scale: only the by-value variant exists.
+        modes = ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",)
         for layout in ("swizzled", "linear"):
-            for mode in ("value", "pointer"):
+            for mode in modes:
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})

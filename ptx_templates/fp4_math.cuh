@@ -1,4 +1,5 @@
-// NVFP4 numerics, bit-exact to NVFP4_SPEC.md, shared by every kernel.
+// FP4 numerics (NVFP4 and MXFP4), bit-exact to NVFP4_SPEC.md, shared by
+// every kernel.
 #pragma once
 #include "ptx.cuh"
 
@@ -47,6 +48,34 @@ FP4Q_DEVICE u32 nvfp4_scale_pair(float amax_a, float amax_b, float tensor_sf,
     inv_a = (d_a == 0.0f) ? 0.0f : rcp_rn(d_a);
     inv_b = (d_b == 0.0f) ? 0.0f : rcp_rn(d_b);
     return bytes;
+}
+
+// MXFP4 (spec "MXFP4"): the e8m0 exponent of a group from its amax.
+// floor: floor(log2(amax)) - 2; rceil: the smallest e with 2^e >= amax/6
+// (amax * R6 in float32). amax == 0 (or t underflowing to 0) gives -127,
+// amax == Inf gives 127, everything clamps to [-127, 127].
+FP4Q_DEVICE int floor_log2(u32 bits) {  // bits of a positive finite float
+    const int biased = static_cast<int>(bits >> 23);
+    return biased ? biased - 127 : (31 - __clz(bits)) - 149;
+}
+
+FP4Q_DEVICE int mx_exponent(float amax) {
+    if (!(amax > 0.0f)) return -127;
+    if (amax == f32_from_bits(0x7F800000u)) return 127;
+#if FP4Q_MX_RCEIL
+    const u32 t = f32_bits(mul_rn(amax, f32_from_bits(0x3E2AAAABu)));
+    if (t == 0) return -127;
+    const bool power_of_two = (t >> 23) ? (t & 0x7FFFFFu) == 0 : (t & (t - 1)) == 0;
+    const int e = floor_log2(t) + (power_of_two ? 0 : 1);
+#else
+    const int e = floor_log2(f32_bits(amax)) - 2;
+#endif
+    return e < -127 ? -127 : (e > 127 ? 127 : e);
+}
+
+// 2^-e as a float32, exact (2^-127 is the subnormal 0x00400000).
+FP4Q_DEVICE float exp2_neg(int e) {
+    return e == 127 ? f32_from_bits(0x00400000u) : f32_from_bits(static_cast<u32>(127 - e) << 23);
 }
 
 // ---------------------------------------------------------------- e2m1
@@ -101,31 +130,43 @@ FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
     return e2m1x8(v);
 }
 
-// One chunk of 64 elements (four groups of 16) of a row: 32 packed input
-// words in, 8 words of e2m1 codes and 4 scale bytes out.
+// One chunk of 64 elements of a row: 32 packed input words in, 8 words of
+// e2m1 codes out, and the chunk's scale bytes: four e4m3 (NVFP4, groups of
+// 16) or two e8m0 (MXFP4, groups of 32), group 0 in the low byte.
 struct Chunk64 {
     u32 q[8];
     u32 sf;
 };
 
+template <int SF_VEC>
 FP4Q_DEVICE Chunk64 quantize_chunk64(const u32 (&w)[32], float tensor_sf, float rcp_tensor_sf) {
-    float amax[4];
+    constexpr int GROUPS = 64 / SF_VEC;
+    constexpr int WORDS = SF_VEC / 2;
+    float amax[GROUPS];
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
-        u32 group[8];
+    for (int g = 0; g < GROUPS; ++g) {
+        u32 group[WORDS];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) group[i] = w[g * 8 + i];
+        for (int i = 0; i < WORDS; ++i) group[i] = w[g * WORDS + i];
         amax[g] = amax_packed(group);
     }
-    float inv[4];
+    float inv[GROUPS];
     Chunk64 out;
-    const u32 lo = nvfp4_scale_pair(amax[0], amax[1], tensor_sf, rcp_tensor_sf, inv[0], inv[1]);
-    const u32 hi = nvfp4_scale_pair(amax[2], amax[3], tensor_sf, rcp_tensor_sf, inv[2], inv[3]);
-    out.sf = lo | (hi << 16);
+    if constexpr (SF_VEC == 16) {
+        const u32 lo = nvfp4_scale_pair(amax[0], amax[1], tensor_sf, rcp_tensor_sf, inv[0], inv[1]);
+        const u32 hi = nvfp4_scale_pair(amax[2], amax[3], tensor_sf, rcp_tensor_sf, inv[2], inv[3]);
+        out.sf = lo | (hi << 16);
+    } else {
+        const int e0 = mx_exponent(amax[0]);
+        const int e1 = mx_exponent(amax[1]);
+        inv[0] = exp2_neg(e0);
+        inv[1] = exp2_neg(e1);
+        out.sf = static_cast<u32>(e0 + 127) | (static_cast<u32>(e1 + 127) << 8);
+    }
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
-        out.q[2 * g] = quantize_e2m1x8(w[g * 8 + 0], w[g * 8 + 1], w[g * 8 + 2], w[g * 8 + 3], inv[g]);
-        out.q[2 * g + 1] = quantize_e2m1x8(w[g * 8 + 4], w[g * 8 + 5], w[g * 8 + 6], w[g * 8 + 7], inv[g]);
+    for (int i = 0; i < 8; ++i) {
+        const int g = i * 8 / SF_VEC;  // q word i covers elements 8i .. 8i+7
+        out.q[i] = quantize_e2m1x8(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3], inv[g]);
     }
     return out;
 }

@@ -3,7 +3,7 @@
 // Per eight floats: one word of e2m1 codes (each value multiplied by 1.0
 // first, as the kernels always convert products); per pair of amax values:
 // the two e4m3 scale bytes and the two inverse scales. `pairs` is a multiple of 4.
-#include "nvfp4_math.cuh"
+#include "fp4_math.cuh"
 
 extern "C" __global__ void fp4q_numerics_probe(const float* __restrict__ v, u32* __restrict__ codes,
                                                const float* __restrict__ amax, u16* __restrict__ sf,

@@ -257,6 +257,10 @@ FP4Q_DEVICE void st_shared_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
                  :: "r"(smem_addr(p)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
+FP4Q_DEVICE void st_shared_u16(void* p, u16 a) {
+    asm volatile("st.shared.u16 [%0], %1;" :: "r"(smem_addr(p)), "h"(a) : "memory");
+}
+
 FP4Q_DEVICE u32 ld_shared_u32(const void* p) {
     u32 a;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(a) : "r"(smem_addr(p)) : "memory");

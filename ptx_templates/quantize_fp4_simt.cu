@@ -1,18 +1,33 @@
-// NVFP4 quantization without TMA: one thread per 16-element group, plain
-// loads and stores. Serves the shapes and pointers that TMA cannot address
-// (a packed row stride that is not a multiple of 16 bytes, misaligned
-// bases). Same numerics header as the TMA kernel, so the same bits.
-#include "nvfp4_math.cuh"
+// FP4 quantization without TMA: one thread per group (16 elements for
+// NVFP4, 32 for MXFP4), plain loads and stores. Serves the shapes and
+// pointers that TMA cannot address (a packed row stride that is not a
+// multiple of 16 bytes, misaligned bases). Same numerics header as the TMA
+// kernel, so the same bits.
+#include "fp4_math.cuh"
+
+constexpr int WORDS = SF_VEC / 2;
 
 FP4Q_DEVICE u32 load_pair(const u16* p) {
     return static_cast<u32>(p[0]) | (static_cast<u32>(p[1]) << 16);
 }
 
+// Scale byte and inverse scale of one group (spec steps 2-5, or MXFP4).
+FP4Q_DEVICE u32 group_scale(const u32 (&w)[WORDS], float tensor_sf, float rcp_tensor_sf, float& inv) {
+    const float amax = amax_packed(w);
+    if constexpr (SF_VEC == 16) {
+        float unused;
+        return nvfp4_scale_pair(amax, 0.0f, tensor_sf, rcp_tensor_sf, inv, unused) & 0xFFu;
+    } else {
+        const int e = mx_exponent(amax);
+        inv = exp2_neg(e);
+        return static_cast<u32>(e + 127);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
-fp4q_quantize_nvfp4_simt(const u16* __restrict__ x, i64 x_row_stride,
-                         u8* __restrict__ q, u8* __restrict__ sf,
-                         float tensor_sf_value, const float* __restrict__ tensor_sf_ptr,
-                         i32 rows, i32 cols) {
+fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
+                       u8* __restrict__ sf, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr,
+                       i32 rows, i32 cols) {
     griddepcontrol_wait();
     griddepcontrol_launch_dependents();
 #if FP4Q_TENSOR_SF_BY_POINTER
@@ -21,7 +36,7 @@ fp4q_quantize_nvfp4_simt(const u16* __restrict__ x, i64 x_row_stride,
     const float tensor_sf = tensor_sf_value;
 #endif
     const float rcp_tensor_sf = rcp_rn(tensor_sf);
-    const int groups = cols / 16;
+    const int groups = cols / SF_VEC;
 #if FP4Q_SF_SWIZZLED
     // The padded 128 x 4 domain, so that every padding byte is written too.
     const i64 domain_rows = (static_cast<i64>(rows) + 127) / 128 * 128;
@@ -37,19 +52,18 @@ fp4q_quantize_nvfp4_simt(const u16* __restrict__ x, i64 x_row_stride,
         const int j = static_cast<int>(idx % domain_groups);
         u32 sf_byte = 0;
         if (m < rows && j < groups) {
-            const u16* src = x + m * x_row_stride + j * 16;
-            u32 w[8];
+            const u16* src = x + m * x_row_stride + static_cast<i64>(j) * SF_VEC;
+            u32 w[WORDS];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) w[i] = load_pair(src + 2 * i);
-            float inv, unused;
-            sf_byte = nvfp4_scale_pair(amax_packed(w), 0.0f, tensor_sf, rcp_tensor_sf, inv, unused) & 0xFFu;
-            const u32 lo = quantize_e2m1x8(w[0], w[1], w[2], w[3], inv);
-            const u32 hi = quantize_e2m1x8(w[4], w[5], w[6], w[7], inv);
-            u8* dst = q + m * (cols / 2) + j * 8;
+            for (int i = 0; i < WORDS; ++i) w[i] = load_pair(src + 2 * i);
+            float inv;
+            sf_byte = group_scale(w, tensor_sf, rcp_tensor_sf, inv);
+            u8* dst = q + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                dst[b] = static_cast<u8>(lo >> (8 * b));
-                dst[4 + b] = static_cast<u8>(hi >> (8 * b));
+            for (int word = 0; word < WORDS / 4; ++word) {
+                const u32 codes = quantize_e2m1x8(w[4 * word], w[4 * word + 1], w[4 * word + 2], w[4 * word + 3], inv);
+#pragma unroll
+                for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
             }
         }
 #if FP4Q_SF_SWIZZLED

@@ -1,4 +1,5 @@
-// NVFP4 quantization, TMA + warp specialization + PDL.
+// FP4 quantization (NVFP4, or MXFP4 when SF_VEC is 32), TMA + warp
+// specialization + PDL.
 //
 // Warpgroup 0 is the producer: one thread streams input tiles into a ring of
 // NUM_STAGES shared-memory buffers with TMA, guarded by full/empty mbarriers.
@@ -6,7 +7,7 @@
 // e4m3 scales in shared memory and one of them TMA-stores the result. The
 // grid is persistent when launched with fewer CTAs than tiles, so the ring
 // runs across tiles. The constants before the #include come from the config.
-#include "nvfp4_math.cuh"
+#include "fp4_math.cuh"
 
 constexpr int THREADS = 128 + CONSUMER_THREADS;
 constexpr int CHUNKS_K = TILE_K / 64;
@@ -17,7 +18,9 @@ constexpr u32 IN_STAGE_BYTES = TILE_M * TILE_K * 2;
 constexpr int OUT_BOXES = (TILE_K / 2) / OUT_BOX_K;
 constexpr u32 OUT_BOX_BYTES = TILE_M * OUT_BOX_K;
 constexpr u32 Q_TILE_BYTES = TILE_M * TILE_K / 2;
-constexpr u32 SF_TILE_BYTES = TILE_M * TILE_K / 16;
+constexpr u32 SF_TILE_BYTES = TILE_M * TILE_K / SF_VEC;
+constexpr int SF_PER_CHUNK = 64 / SF_VEC;       // scale bytes one consumer step makes
+constexpr int SF_BLOCK_K = 4 * SF_VEC;           // K elements of one 128x4 scale block
 constexpr u32 CONSUMER_BARRIER = 1;
 
 static_assert(TILE_M * CHUNKS_K % CONSUMER_THREADS == 0, "consumers must split a tile evenly");
@@ -45,10 +48,12 @@ FP4Q_DEVICE u32 q_offset(int row, int byte_col) {
            swizzle<OUT_SWIZZLE>(row * OUT_BOX_K + (byte_col % OUT_BOX_K));
 }
 
-// Where the four scale bytes of (row, 64-column chunk) sit inside the tile's
+// Where the scale bytes of (row, 64-column chunk) sit inside the tile's
 // slice of the 128x4 layout: 512-byte blocks of 128 rows x 4 groups.
 FP4Q_DEVICE u32 sf_offset(int row, int chunk) {
-    return ((row / 128) * CHUNKS_K + chunk) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4;
+    constexpr int BLOCKS_K = TILE_K / SF_BLOCK_K;
+    const int group = chunk * SF_PER_CHUNK;
+    return ((row / 128) * BLOCKS_K + group / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + group % 4;
 }
 
 // Bytes of a scale word that belong to real groups; padding stays 0x00 even
@@ -56,11 +61,11 @@ FP4Q_DEVICE u32 sf_offset(int row, int chunk) {
 FP4Q_DEVICE u32 valid_sf_mask(int row, int rows, int group, int groups) {
     if (row >= rows || group >= groups) return 0u;
     const int n = groups - group;
-    return n >= 4 ? 0xFFFFFFFFu : (0xFFFFFFFFu >> (32 - 8 * n));
+    return n >= SF_PER_CHUNK ? 0xFFFFFFFFu : (0xFFFFFFFFu >> (32 - 8 * n));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-fp4q_quantize_nvfp4_tma(const __grid_constant__ TensorMap in_map,
+fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                         const __grid_constant__ TensorMap q_map,
                         const __grid_constant__ TensorMap sf_map,
                         u8* __restrict__ sf_linear,
@@ -73,7 +78,7 @@ fp4q_quantize_nvfp4_tma(const __grid_constant__ TensorMap in_map,
     u64* full = reinterpret_cast<u64*>(smem + OFF_BARRIERS);
     u64* empty = full + NUM_STAGES;
 
-    const int groups = cols / 16;
+    const int groups = cols / SF_VEC;
     const int tiles_k = (cols + TILE_K - 1) / TILE_K;
     const int num_tiles = ((rows + TILE_M - 1) / TILE_M) * tiles_k;
 
@@ -159,19 +164,23 @@ fp4q_quantize_nvfp4_tma(const __grid_constant__ TensorMap in_map,
                 ld_shared_v4(in + in_offset(r, c * 64 + v * 8), w[4 * v], w[4 * v + 1], w[4 * v + 2],
                              w[4 * v + 3]);
             }
-            const Chunk64 out = quantize_chunk64(w, tensor_sf, rcp_tensor_sf);
+            const Chunk64 out = quantize_chunk64<SF_VEC>(w, tensor_sf, rcp_tensor_sf);
             st_shared_v4(q_tile + q_offset(r, c * 32), out.q[0], out.q[1], out.q[2], out.q[3]);
             st_shared_v4(q_tile + q_offset(r, c * 32 + 16), out.q[4], out.q[5], out.q[6], out.q[7]);
             const int row = m0 + r;
-            const int group = k0 / 16 + c * 4;
+            const int group = k0 / SF_VEC + c * SF_PER_CHUNK;
             const u32 sf = out.sf & valid_sf_mask(row, rows, group, groups);
 #if FP4Q_SF_SWIZZLED
-            st_shared_u32(sf_tile + sf_offset(r, c), sf);
+            if constexpr (SF_PER_CHUNK == 4) {
+                st_shared_u32(sf_tile + sf_offset(r, c), sf);
+            } else {
+                st_shared_u16(sf_tile + sf_offset(r, c), static_cast<u16>(sf));
+            }
 #else
             if (row < rows) {
                 u8* dst = sf_linear + static_cast<i64>(row) * groups + group;
 #pragma unroll
-                for (int b = 0; b < 4; ++b) {
+                for (int b = 0; b < SF_PER_CHUNK; ++b) {
                     if (group + b < groups) dst[b] = static_cast<u8>(sf >> (8 * b));
                 }
             }
@@ -193,7 +202,7 @@ fp4q_quantize_nvfp4_tma(const __grid_constant__ TensorMap in_map,
                                                          q_tile + b * OUT_BOX_BYTES);
             }
 #if FP4Q_SF_SWIZZLED
-            cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / 64, m0 / 128, sf_tile);
+            cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
 #endif
             cp_async_bulk_commit_group();
         }

@@ -198,3 +198,128 @@ def test_explicit_tma_config_on_unservable_shape_is_an_error():
 
     with pytest.raises(ValueError, match="K=48 is not a multiple of 32"):
         fp4q.quantize_nvfp4(cp.zeros((4, 48), dtype=cp.uint16), 1.0, config=QuantizeConfig())
+
+
+# --- beyond the seed: MXFP4, fp16, strided rows, batches, CUDA graphs -------------------------------------------
+
+
+def _check_mx(x_bits, mode, sf_layout="swizzled", **kwargs):
+    import fp4q
+
+    cp = _cp()
+    q, sf = fp4q.quantize_mxfp4(cp.asarray(x_bits), mode=mode, sf_layout=sf_layout, **kwargs)
+    cp.cuda.get_current_stream().synchronize()
+    q_ref, sf_ref = reference.quantize_mxfp4(x_bits, mode=mode, sf_layout=sf_layout)
+    assert_bytes_equal(cp.asnumpy(q), q_ref, f"mx q {x_bits.shape} {mode} {sf_layout}")
+    assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"mx sf {x_bits.shape} {mode} {sf_layout}")
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["rceil", "floor"])
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("m,k", [(1, 32), (31, 96), (129, 128), (1000, 2176), (300, 7168), (4096, 4096)])
+def test_mxfp4_bit_exact(mode, sf_layout, m, k):
+    rng = np.random.default_rng(m + k)
+    for scale in (1e-30, 1.0, 1e30):
+        _check_mx(random_bf16((m, k), rng, scale=scale, specials=0.01), mode, sf_layout)
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["rceil", "floor"])
+def test_mxfp4_edge_families(mode):
+    x = edge_groups(256)
+    for layout in ("swizzled", "linear"):
+        _check_mx(x, mode, layout)
+        _check_mx(x, mode, layout, config=SimtConfig(sf_vec_size=32, mx_mode=mode))
+
+
+@gpu
+@pytest.mark.parametrize("name", ["mx_m128_k128_s2_wg1_2cta", "mx_m128_k128_s4_wg2", "mx_simt_256"])
+def test_mxfp4_shipped_configs(name):
+    from fp4q.variants import SHIPPED_MX
+
+    cfg = {**SHIPPED_MX, **SIMT}[name]
+    rng = np.random.default_rng(23)
+    for m, k in [(129, 2176), (5, 128), (300, 4096)]:
+        _check_mx(random_bf16((m, k), rng, specials=0.01), "rceil", config=cfg)
+
+
+@gpu
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_fp16_input_bit_exact(sf_layout):
+    import fp4q
+
+    cp = _cp()
+    rng = np.random.default_rng(29)
+    for m, k in [(129, 2176), (7, 48), (1000, 4096)]:
+        x = (rng.standard_normal((m, k)) * 3).astype(np.float16)
+        x[0, :4] = [np.nan, np.inf, -0.0, 6.1e-5]
+        q, sf = fp4q.quantize_nvfp4(cp.asarray(x), 0.7, sf_layout=sf_layout)
+        q_ref, sf_ref = reference.quantize_nvfp4(x, 0.7, sf_layout=sf_layout)
+        assert_bytes_equal(cp.asnumpy(q), q_ref, "fp16 q")
+        assert_bytes_equal(cp.asnumpy(sf), sf_ref, "fp16 sf")
+
+
+@gpu
+def test_strided_rows_quantize_in_place_without_copy():
+    """A column slice of a wider matrix: rows contiguous, row stride larger than K."""
+    import fp4q
+
+    cp = _cp()
+    rng = np.random.default_rng(31)
+    wide = random_bf16((257, 4096 + 512), rng)
+    big = cp.asarray(wide)
+    for start, k in [(512, 4096), (64, 1024), (16, 48)]:
+        view = big[:, start : start + k]
+        assert view.strides[0] > k * 2
+        q, sf = fp4q.quantize_nvfp4(view, 1.5)
+        q_ref, sf_ref = reference.quantize_nvfp4(np.ascontiguousarray(wide[:, start : start + k]), 1.5)
+        assert_bytes_equal(cp.asnumpy(q), q_ref, f"strided q {start}:{start + k}")
+        assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"strided sf {start}:{start + k}")
+
+
+@gpu
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_batched_3d_input(sf_layout):
+    import fp4q
+
+    cp = _cp()
+    rng = np.random.default_rng(37)
+    x = random_bf16((4, 100, 512), rng)
+    q, sf = fp4q.quantize_nvfp4(cp.asarray(x), 1.0, sf_layout=sf_layout)
+    q_ref, sf_ref = reference.quantize_nvfp4(x, 1.0, sf_layout=sf_layout)
+    assert q.shape == (4, 100, 256)
+    assert sf.shape == ((4, 100, 32) if sf_layout == "linear" else (4, 8, 32, 4, 4))
+    assert_bytes_equal(cp.asnumpy(q), q_ref, "batched q")
+    assert_bytes_equal(cp.asnumpy(sf), sf_ref, "batched sf")
+
+
+@gpu
+def test_cuda_graph_capture_and_replay():
+    """Quantize with a device tensor_sf inside a stream capture; replays track the scalar's value."""
+    import fp4q
+
+    cp = _cp()
+    rng = np.random.default_rng(41)
+    x_host = random_bf16((384, 2048), rng)
+    x = cp.asarray(x_host)
+    scale = cp.asarray(np.float32(1.0))
+    q = cp.empty((384, 1024), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(384, 128), cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fp4q.quantize_nvfp4(x, scale, out=q, sf_out=sf)  # compile and load outside the capture
+        stream.synchronize()
+        stream.begin_capture()
+        fp4q.quantize_nvfp4(x, scale, out=q, sf_out=sf, stream=stream)
+        graph = stream.end_capture()
+    for value in (0.5, 3.0, 1e-3):
+        scale.fill(np.float32(value))
+        q.fill(0xFF)
+        sf.fill(0xFF)
+        cp.cuda.Device().synchronize()
+        graph.launch(stream)
+        stream.synchronize()
+        q_ref, sf_ref = reference.quantize_nvfp4(x_host, np.float32(value))
+        assert_bytes_equal(cp.asnumpy(q), q_ref, f"graph q {value}")
+        assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"graph sf {value}")

@@ -12,7 +12,7 @@ from fp4q.config import QuantizeConfig, SimtConfig, Swizzle
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
-TEMPLATES = ("ptx.cuh", "nvfp4_math.cuh", "quantize_nvfp4_tma.cu", "quantize_nvfp4_simt.cu", "numerics_probe.cu")
+TEMPLATES = ("ptx.cuh", "fp4_math.cuh", "quantize_fp4_tma.cu", "quantize_fp4_simt.cu", "numerics_probe.cu")
 
 
 def code_lines(source: str) -> list[str]:
@@ -57,13 +57,13 @@ def test_expand_includes_inlines_everything_once(name):
     text = expand_includes(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
     assert not re.search(r"^\s*#\s*pragma\s+once", text, re.M)
-    # ptx.cuh is reached through nvfp4_math.cuh and must be inlined exactly once
+    # ptx.cuh is reached through fp4_math.cuh and must be inlined exactly once
     assert text.count("typedef unsigned char u8;") == 1
     assert text.endswith("\n")
 
 
 def test_expand_includes_puts_headers_before_their_users():
-    text = expand_includes("quantize_nvfp4_tma.cu")
+    text = expand_includes("quantize_fp4_tma.cu")
     ptx = text.index("FP4Q_DEVICE float mul_rn(")
     math = text.index("FP4Q_DEVICE u32 nvfp4_scale_pair(")
     kernel = text.index('extern "C" __global__')
@@ -95,7 +95,7 @@ CONFIGS = {
 def test_render_tma_is_self_contained(name):
     src = render(CONFIGS[name])
     assert isinstance(src, KernelSource)
-    assert src.kernel_name == "fp4q_quantize_nvfp4_tma"
+    assert src.kernel_name == "fp4q_quantize_fp4_tma"
     assert src.arch == CONFIGS[name].arch
     assert not re.search(r'^\s*#\s*include\s+"', src.source, re.M)
     assert not re.search(r"^\s*#\s*include", src.source, re.M)  # no include of any kind
@@ -115,7 +115,7 @@ def test_render_tma_constants(name):
         "OUT_BOX_K": cfg.output_box_k, "OUT_SWIZZLE": cfg.output_swizzle.value, "NUM_STAGES": cfg.num_stages,
         "NUM_OUT_BUFFERS": cfg.out_buffers, "CONSUMER_THREADS": cfg.consumer_threads,
         "MIN_CTAS_PER_SM": cfg.min_ctas_per_sm, "OFF_IN": smem.input, "OFF_Q": smem.q, "OFF_SF": smem.sf,
-        "OFF_BARRIERS": smem.barriers,
+        "OFF_BARRIERS": smem.barriers, "SF_VEC": cfg.sf_vec_size,
     }
     if cfg.setmaxnreg:
         want["PRODUCER_REGS"], want["CONSUMER_REGS"] = cfg.register_split
@@ -179,8 +179,8 @@ def test_render_summarises_the_config_in_the_first_line():
 def test_render_simt(threads, layout, mode):
     cfg = SimtConfig(threads=threads, sf_layout=layout, tensor_sf_mode=mode, input_dtype="float16")
     src = render(cfg)
-    assert src.kernel_name == "fp4q_quantize_nvfp4_simt" and src.arch == "sm_90a"
-    assert constants(src.source) == {"SIMT_THREADS": threads}
+    assert src.kernel_name == "fp4q_quantize_fp4_simt" and src.arch == "sm_90a"
+    assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16}
     d = defines(src.source)
     assert d["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if mode == "pointer" else "0")
@@ -262,7 +262,7 @@ def test_template_edit_of_the_kernel_changes_rendered_text(monkeypatch, tmp_path
     before = render(SimtConfig())
     copy = tmp_path / "t"
     shutil.copytree(REPO_TEMPLATES, copy)
-    kernel = copy / "quantize_nvfp4_simt.cu"
+    kernel = copy / "quantize_fp4_simt.cu"
     kernel.write_text(kernel.read_text() + "\n// trailing edit\n")
     monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
     codegen._read_template.cache_clear()

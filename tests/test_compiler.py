@@ -86,7 +86,7 @@ def test_numerics_probe_compiles(arch, session_cache):
 def test_default_configs_compile_without_spills(arch, k, session_cache):
     # default_config(k <= 64) is not among the shipped variants (see test_variants), so compile it here
     kernel = compile_source(render(default_config(1024, k, arch)), cache=session_cache)
-    assert_is_cubin(kernel.cubin, "fp4q_quantize_nvfp4_tma")
+    assert_is_cubin(kernel.cubin, "fp4q_quantize_fp4_tma")
     assert kernel.resources.spill_bytes == 0
     assert "C7508" not in kernel.log
 
@@ -427,8 +427,8 @@ def test_first_cached_lookup_in_new_process_is_under_5ms(warm_cache_dir):
 SAMPLE_LOG = """\
 ptxas info    : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; unable to determine register count at entry.
 ptxas info    : 108 bytes gmem
-ptxas info    : Compiling entry function 'fp4q_quantize_nvfp4_tma' for 'sm_90a'
-ptxas info    : Function properties for fp4q_quantize_nvfp4_tma
+ptxas info    : Compiling entry function 'fp4q_quantize_fp4_tma' for 'sm_90a'
+ptxas info    : Function properties for fp4q_quantize_fp4_tma
 ptxas         .     16 bytes stack frame, 24 bytes spill stores, 28 bytes spill loads
 ptxas info    : Used 168 registers, used 2 barriers, 1024 bytes smem, 400 bytes cmem[0]
 ptxas info    : Compile time = 207.503 ms

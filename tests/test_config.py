@@ -55,10 +55,25 @@ def test_supported_archs(arch):
     assert SimtConfig(arch=arch).arch == arch
 
 
-@pytest.mark.parametrize("value", [8, 32, 0, -16])
-def test_sf_vec_size_must_be_16(value):
-    with raises_config("sf_vec_size must be 16 for NVFP4, got", repr(value)):
+@pytest.mark.parametrize("value", [8, 64, 0, -16, 16.0])
+def test_sf_vec_size_must_be_16_or_32(value):
+    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
         QuantizeConfig(sf_vec_size=value)
+    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
+        SimtConfig(sf_vec_size=value)
+
+
+def test_mxfp4_tile_k_must_cover_a_scale_block():
+    with raises_config("tile_k must be a multiple of 128 for sf_vec_size=32", "got 64"):
+        QuantizeConfig(sf_vec_size=32, tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1)
+    cfg = QuantizeConfig(sf_vec_size=32)
+    assert cfg.scales_tile == (1, 1, 32, 16)
+
+
+@pytest.mark.parametrize("value", ["RCEIL", "ceil", "", None])
+def test_mx_mode(value):
+    with raises_config("mx_mode must be one of 'rceil', 'floor', got", repr(value)):
+        QuantizeConfig(sf_vec_size=32, mx_mode=value)
 
 
 @pytest.mark.parametrize("value", [64, 192, 512, 0, True])

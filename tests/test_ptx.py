@@ -49,6 +49,7 @@ MNEMONICS = {
     "setmaxnreg_dec": "setmaxnreg.dec",
     "ld_shared_v4": "ld.shared.v4",
     "st_shared_v4": "st.shared.v4",
+    "st_shared_u16": "st.shared.u16",
     "st_shared_u32": "st.shared.u32",
     "ld_shared_u32": "ld.shared.u32",
     "ld_global_f32": "ld.global.f32",
@@ -112,6 +113,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     const int t = threadIdx.x - 128;
     st_shared_v4(buf + 4096 + 16 * (t % 64), bits, e4, h2, static_cast<u32>(t));
     st_shared_u32(buf + 4096 + 4 * t, bits);
+    st_shared_u16(buf + 6144 + 2 * t, static_cast<u16>(bits));
     u32 p0, p1, p2, p3;
     ld_shared_v4(buf + 16 * (t % 64), p0, p1, p2, p3);
     p0 ^= ld_shared_u32(buf + 4 * t);
@@ -233,7 +235,7 @@ def test_side_effect_wrappers_are_volatile():
                  "cp_async_bulk_commit_group", "cp_async_bulk_wait_group_read", "cp_async_bulk_wait_group",
                  "fence_proxy_async_shared_cta", "bar_sync", "griddepcontrol_wait",
                  "griddepcontrol_launch_dependents", "setmaxnreg_inc", "setmaxnreg_dec", "st_shared_v4",
-                 "st_shared_u32", "prefetch_tensormap"):
+                 "st_shared_u16", "st_shared_u32", "prefetch_tensormap"):
         assert "asm volatile" in body_of(name), name
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from fp4q import codegen
 from fp4q.config import ARCHS, ConfigError, QuantizeConfig, SimtConfig, Swizzle, default_config
-from fp4q.variants import SHIPPED, SIMT, all_variants
+from fp4q.variants import SHIPPED_MX, SHIPPED, SIMT, all_variants
 
 S = Swizzle
 
@@ -120,17 +120,19 @@ def test_tuned_table_configs_are_compiled_variants():
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_all_variants(arch):
     out = quantize_variants(arch)
-    base = {**SHIPPED, **SIMT}
-    tuned = {n for n in out if n.startswith("tuned_")}
-    assert len(out) - len(tuned) == 4 * len(base)
+    base = {**SHIPPED, **SHIPPED_MX, **SIMT}
     for name, cfg in base.items():
+        modes = ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",)
         for layout in ("swizzled", "linear"):
-            for mode in ("value", "pointer"):
+            for mode in modes:
                 v = out[f"{name}/{layout}/{mode}"]
                 assert type(v) is type(cfg)
                 assert (v.arch, v.sf_layout, v.tensor_sf_mode) == (arch, layout, mode)
                 # everything else is the shipped config
                 assert v.replace(arch="sm_90a", sf_layout="swizzled", tensor_sf_mode="value") == cfg
+    assert set(out) - {n for n in out if n.startswith("tuned_")} == {
+        f"{n}/{layout}/{mode}" for n, c in base.items() for layout in ("swizzled", "linear")
+        for mode in (("value", "pointer") if c.sf_vec_size == 16 else ("value",))}
     assert len(set(out.values())) == len(out)
 
 
@@ -141,9 +143,11 @@ def test_all_variants_cover_both_layouts_and_modes(arch):
     for name, cfg in out.items():
         base, layout, mode = name.split("/")
         by_base.setdefault(base, set()).add((cfg.sf_layout, cfg.tensor_sf_mode))
-    assert set(by_base) - {b for b in by_base if b.startswith("tuned_")} == set(SHIPPED) | set(SIMT)
-    for combos in by_base.values():
-        assert combos == {("swizzled", "value"), ("swizzled", "pointer"), ("linear", "value"), ("linear", "pointer")}
+        assert cfg.sf_vec_size in (16, 32)
+    nvfp4 = {("swizzled", "value"), ("swizzled", "pointer"), ("linear", "value"), ("linear", "pointer")}
+    for base, combos in by_base.items():
+        mx = base.startswith("mx_")
+        assert combos == ({c for c in nvfp4 if c[1] == "value"} if mx else nvfp4), base
 
 
 def test_all_variants_rejects_unknown_arch():
