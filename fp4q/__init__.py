@@ -6,7 +6,7 @@ and streams with TMA descriptors and programmatic dependent launch.
 """
 
 from ._version import __version__
-from .api import quantize_nvfp4
+from .api import quantize_mxfp4, quantize_nvfp4
 from .compiler import CompileError
 from .dequantize import dequantize_mxfp4, dequantize_nvfp4
 from .dequantize_config import DequantizeConfig, DequantizeSimtConfig
@@ -18,6 +18,7 @@ from .tma import TmaError
 __all__ = [
     "__version__",
     "quantize_nvfp4",
+    "quantize_mxfp4",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",

@@ -9,6 +9,7 @@ documented order and stores the plan for the next call.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from .arrays import (
     TENSOR_SF_MAX,
     TENSOR_SF_MIN,
     InputView,
+    TensorScale,
     as_input,
     as_tensor_sf,
     empty_uint8,
@@ -54,24 +56,49 @@ def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Format:
+    """What a public function quantizes to: NVFP4 (groups of 16, e4m3 scales, a
+    tensor scale) or MXFP4 (groups of 32, e8m0 scales rounded by ``mx_mode``)."""
+
+    name: str
+    sf_vec_size: int
+    mx_mode: str = "rceil"
+
+
+NVFP4 = _Format("quantize_nvfp4", 16)
+
+
 @functools.lru_cache(maxsize=1024, typed=True)
-def _replaced(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str):
-    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch)
+def _replaced(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str, mx_mode: str):
+    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch,
+                          mx_mode=mx_mode)
 
 
-def _for_call(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str):
+def _for_call(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str, mx_mode: str):
     """``config.replace(...)`` with a call's fields. Memoized by value and type for the two
     config classes themselves: they are frozen and validated on construction, so equal inputs
     give an equal, valid config (or the same ConfigError, which is not memoized)."""
     if type(config) is QuantizeConfig or type(config) is SimtConfig:
-        return _replaced(config, sf_layout, tensor_sf_mode, input_dtype, arch)
-    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch)
+        return _replaced(config, sf_layout, tensor_sf_mode, input_dtype, arch, mx_mode)
+    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch,
+                          mx_mode=mx_mode)
 
 
-def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mode: str, arch: str):
-    call = (sf_layout, tensor_sf_mode, view.dtype, arch)
+def _check_config_type(config, fmt: _Format) -> None:
     if config is not None and not isinstance(config, (QuantizeConfig, SimtConfig)):
         raise TypeError(f"config must be None, a QuantizeConfig or a SimtConfig, got {type(config).__name__}")
+    if config is not None and config.sf_vec_size != fmt.sf_vec_size:
+        raise ValueError(
+            f"config.sf_vec_size is {config.sf_vec_size}, but {fmt.name} quantizes groups of "
+            f"{fmt.sf_vec_size}: pass a config with sf_vec_size={fmt.sf_vec_size}"
+        )
+
+
+def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mode: str, arch: str,
+                    fmt: _Format = NVFP4):
+    call = (sf_layout, tensor_sf_mode, view.dtype, arch, fmt.mx_mode)
+    _check_config_type(config, fmt)
     if isinstance(config, SimtConfig):
         return _for_call(config, *call)
     obstacle = _tma_obstacle(view, q, sf, sf_layout)
@@ -80,8 +107,9 @@ def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mo
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
         return _for_call(config, *call)
     if obstacle is not None:
-        return SimtConfig(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=view.dtype, arch=arch)
-    return _for_call(choose_config(view.rows, view.cols, arch), *call)
+        return SimtConfig(sf_vec_size=fmt.sf_vec_size, mx_mode=fmt.mx_mode, sf_layout=sf_layout,
+                          tensor_sf_mode=tensor_sf_mode, input_dtype=view.dtype, arch=arch)
+    return _for_call(choose_config(view.rows, view.cols, arch, fmt.sf_vec_size), *call)
 
 
 def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None, pdl=True):
@@ -107,32 +135,65 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
         scale = global_scale(x, stream=stream, pdl=pdl)
         kwargs = dict(sf_layout=sf_layout, out=out, sf_out=sf_out, stream=stream, config=config, pdl=pdl)
         return (*quantize_nvfp4(x, scale, **kwargs), scale)
+    return _quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4)
+
+
+def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None,
+                   pdl=True):
+    """Quantize bf16 (or fp16) ``x`` of shape ``(..., K)``, ``K % 32 == 0``, to MXFP4.
+
+    Groups of 32 elements share one e8m0 scale byte (``e + 127`` for the
+    power of two ``2**e``); ``mode`` picks the exponent: ``"rceil"`` (the
+    smallest ``e`` with ``2**e >= amax / 6``, what NVIDIA's libraries use) or
+    ``"floor"`` (OCP: ``floor(log2(amax)) - 2``). Returns ``(q, sf)``: ``q``
+    uint8 ``(..., K // 2)`` as for NVFP4, ``sf`` uint8
+    ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled, the same 128x4 layout
+    with ``G = K // 32``) or ``(..., K // 32)`` (linear). No tensor scale.
+    """
+    if mode not in _MX_FORMATS:
+        raise ValueError(f"mode must be 'rceil' or 'floor', got {mode!r}")
+    if sf_layout not in SF_LAYOUTS:
+        raise ValueError(f"sf_layout must be 'swizzled' or 'linear', got {sf_layout!r}")
+    return _quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, _MX_FORMATS[mode])
+
+
+_MX_FORMATS = {mode: _Format("quantize_mxfp4", 32, mode) for mode in ("rceil", "floor")}
+_NO_TENSOR_SCALE = TensorScale("value", 0.0, 0, None)
+
+
+def _quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format):
     cupy = arrays._cupy()
     if type(x) is not cupy.ndarray:
         x = arrays._as_cupy(x, "x")  # as_input's first step, with its errors
-    done = _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl)
+    done = _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt)
     if done is not None:
         return done
-    return _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl)
+    return _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt)
 
 
-def _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl):
+def _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format = NVFP4):
     """Every check in order, each failure with its own message; then launch and store the call's plan."""
     view = as_input(x)
+    if view.cols % fmt.sf_vec_size:
+        raise ValueError(f"K (the last dimension of x) must be a multiple of {fmt.sf_vec_size} for "
+                         f"{fmt.name}, got {view.cols}")
     if view.rows > _MAX_ROWS:
         raise ValueError(f"x has {view.rows} rows; at most {_MAX_ROWS} are supported")
-    scale = as_tensor_sf(tensor_sf, view.device)
-    groups = view.cols // 16
-    q = output(out, "out", view.lead_shape + (view.cols // 2,), view)
-    sf = output(sf_out, "sf_out", sf_shape(view.lead_shape, view.rows, groups, sf_layout), view, (("out", q),))
+    scale = as_tensor_sf(tensor_sf, view.device) if fmt.sf_vec_size == 16 else _NO_TENSOR_SCALE
     handle = stream_handle(stream, view.device)
+    alloc_stream = None if stream is None else handle
+    groups = view.cols // fmt.sf_vec_size
+    q = output(out, "out", view.lead_shape + (view.cols // 2,), view, stream=alloc_stream)
+    sf = output(sf_out, "sf_out", sf_shape(view.lead_shape, view.rows, groups, sf_layout), view, (("out", q),),
+                stream=alloc_stream)
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be a bool, got {pdl!r}")
-    plan = _plan_for(view, q, sf, sf_layout, scale.mode, config)
+    _check_config_type(config, fmt)
+    plan = _plan_for(view, q, sf, sf_layout, scale.mode, config, fmt)
     if view.rows == 0 or view.cols == 0:
         return q, sf
     dev = driver.device(view.device)
-    cfg = _resolve_config(config, view, q, sf, sf_layout, scale.mode, dev.arch)
+    cfg = _resolve_config(config, view, q, sf, sf_layout, scale.mode, dev.arch, fmt)
     kernel = get_kernel(cfg, dev.ordinal)
     aligned = plan.aligned(view.ptr, q.data.ptr, sf.data.ptr) if plan is not None else None
     launcher = plan.launchers[aligned] if plan is not None else None
@@ -145,13 +206,13 @@ def _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl):
     return q, sf
 
 
-def _plan_for(view: InputView, q, sf, sf_layout: str, mode: str, config) -> plans.Plan | None:
+def _plan_for(view: InputView, q, sf, sf_layout: str, mode: str, config, fmt: _Format) -> plans.Plan | None:
     """The stored plan for this (fully checked) call, made if missing; None where calls of this kind
     never take the planned path."""
     arr = view.array
     if type(arr) is not arrays._cupy().ndarray or type(sf_layout) is not str:
         return None
-    key = plans.plan_key(arr, view.device, sf_layout, mode, config)
+    key = plans.plan_key(arr, view.device, sf_layout, mode, config, fmt)
     plan = plans.lookup(key)
     if plan is None or plan.config is not config:
         plan = plans.remember(key, plans.Plan(config, view, q.shape, sf.shape, sf_layout))
@@ -167,7 +228,7 @@ _F32 = np.dtype(np.float32)
 _U8 = np.dtype(np.uint8)
 
 
-def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl):
+def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format):
     """The call through its stored plan, or None when the checked path must take it.
 
     Runs only where the stored plan proves the checks on ``x``, the config
@@ -180,7 +241,9 @@ def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pd
     data = x.data
     dev = data.device_id
     kind = type(tensor_sf)
-    if kind in _FLOAT_TYPES or (kind is int and -_EXACT_INT <= tensor_sf <= _EXACT_INT):
+    if fmt.sf_vec_size == 32:
+        mode, value, scale_ptr = "value", 0.0, 0  # MXFP4: no tensor scale
+    elif kind in _FLOAT_TYPES or (kind is int and -_EXACT_INT <= tensor_sf <= _EXACT_INT):
         value = float(tensor_sf)  # exact for these types; compared as a double, not in numpy's float16
         # float32 rounding is monotonic and both bounds are float32 values, so a value in range
         # rounds into range; one just outside that would round into it takes the checked path.
@@ -194,14 +257,16 @@ def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pd
         mode, value, scale_ptr = "pointer", 0.0, tensor_sf.data.ptr
     else:
         return None
-    plan = plans._plans.get((x.shape, x.strides, x.dtype, dev, sf_layout, mode, id(config)))  # plans.plan_key
+    plan = plans._plans.get((x.shape, x.strides, x.dtype, dev, sf_layout, mode, id(config), fmt))  # plans.plan_key
     if plan is None or plan.config is not config:
         return None
+    handle = cupy.cuda.get_current_stream(dev).ptr if stream is None else stream_handle(stream, dev)
+    alloc_stream = None if stream is None else handle
     x_ptr = data.ptr
     x_end = x_ptr + plan.x_span
     q_size = plan.q_size
     if out is None:
-        q = empty_uint8(plan.q_shape, dev)
+        q = empty_uint8(plan.q_shape, dev, alloc_stream)
         q_ptr = q.data.ptr
     elif (type(out) is cupy.ndarray and out.dtype == _U8 and out.shape == plan.q_shape
           and out.data.device_id == dev and out.flags.c_contiguous):
@@ -214,7 +279,7 @@ def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pd
         return None
     sf_size = plan.sf_size
     if sf_out is None:
-        sf = empty_uint8(plan.sf_shape, dev)
+        sf = empty_uint8(plan.sf_shape, dev, alloc_stream)
         sf_ptr = sf.data.ptr
     elif (type(sf_out) is cupy.ndarray and sf_out.dtype == _U8 and sf_out.shape == plan.sf_shape
           and sf_out.data.device_id == dev and sf_out.flags.c_contiguous):
@@ -226,7 +291,6 @@ def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pd
             return None
     else:
         return None
-    handle = cupy.cuda.get_current_stream(dev).ptr if stream is None else stream_handle(stream, dev)
     if plan.empty:
         return q, sf
     aligned = not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)  # Plan.aligned

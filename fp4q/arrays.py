@@ -127,11 +127,18 @@ def as_tensor_sf(tensor_sf, device: int) -> TensorScale:
     if isinstance(tensor_sf, (bool, np.bool_)):
         raise TypeError(f"tensor_sf must be a float or a device float32 scalar, got {tensor_sf!r}")
     if isinstance(tensor_sf, (int, float, np.floating, np.integer)):
-        value = float(np.float32(tensor_sf))
-        if not (math.isfinite(value) and TENSOR_SF_MIN <= value <= TENSOR_SF_MAX):
-            raise ValueError(
-                f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
-            )
+        rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
+        try:
+            wide = float(tensor_sf)
+        except OverflowError:  # an int beyond any float
+            raise ValueError(rule) from None
+        # Compared before the float32 rounding, so that nothing overflows there;
+        # the bounds are float32 values, so the rounded value stays in range.
+        if not TENSOR_SF_MIN / 2 < wide < TENSOR_SF_MAX * 2:
+            raise ValueError(rule)
+        value = float(np.float32(wide))
+        if not TENSOR_SF_MIN <= value <= TENSOR_SF_MAX:
+            raise ValueError(rule)
         return TensorScale("value", value, 0, None)
     if isinstance(tensor_sf, np.ndarray):
         raise TypeError("tensor_sf must be a Python float or a device (CuPy) float32 scalar, got a host numpy array")
@@ -152,9 +159,18 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def empty_uint8(shape: tuple[int, ...], device: int):
-    """A new uint8 CuPy array on ``device`` (switching devices only when it is not current)."""
+def empty_uint8(shape: tuple[int, ...], device: int, stream: int | None = None):
+    """A new uint8 CuPy array on ``device``, from the memory pool of ``stream``.
+
+    The pool is stream-ordered: an output that the caller drops while the
+    kernel still runs on ``stream`` must go back to that stream's pool, not
+    to another stream that could reuse it at once. ``None`` means CuPy's
+    current stream (no switch needed).
+    """
     cupy = _cupy()
+    if stream is not None and stream != cupy.cuda.get_current_stream(device).ptr:
+        with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream, device):
+            return cupy.empty(shape, dtype=np.uint8)
     if cupy.cuda.runtime.getDevice() == device:
         return cupy.empty(shape, dtype=np.uint8)
     with cupy.cuda.Device(device):
@@ -169,11 +185,11 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def output(buf, name: str, shape: tuple[int, ...], view: InputView, others=()):
-    """Allocate an output, or validate a caller's buffer (shape, dtype, device, layout, aliasing)."""
+def output(buf, name: str, shape: tuple[int, ...], view: InputView, others=(), stream: int | None = None):
+    """Allocate an output (for ``stream``), or validate a caller's buffer (shape, dtype, device, layout, aliasing)."""
     cupy = _cupy()
     if buf is None:
-        return empty_uint8(shape, view.device)
+        return empty_uint8(shape, view.device, stream)
     if not isinstance(buf, cupy.ndarray):
         raise TypeError(f"{name} must be a CuPy uint8 array, got {type(buf).__name__}")
     if buf.dtype != np.uint8:
@@ -183,12 +199,20 @@ def output(buf, name: str, shape: tuple[int, ...], view: InputView, others=()):
     if buf.device.id != view.device:
         raise ValueError(f"{name} is on device {buf.device.id} but x is on device {view.device}")
     if not buf.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous")
-    if buf.size and _overlaps(_span(buf), view.span):
-        raise ValueError(f"{name} overlaps the input x")
+        raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
+    span = _span(buf)
+    if buf.size and _overlaps(span, view.span):
+        raise ValueError(
+            f"{name} overlaps the input x (outputs must not alias it): {name} spans "
+            f"[{span[0]:#x}, {span[1]:#x}), x spans [{view.span[0]:#x}, {view.span[1]:#x})"
+        )
     for other_name, other in others:
-        if buf.size and other.size and _overlaps(_span(buf), _span(other)):
-            raise ValueError(f"{name} overlaps {other_name}")
+        if buf.size and other.size and _overlaps(span, _span(other)):
+            o = _span(other)
+            raise ValueError(
+                f"{name} overlaps {other_name} (outputs must not alias each other): {name} spans "
+                f"[{span[0]:#x}, {span[1]:#x}), {other_name} spans [{o[0]:#x}, {o[1]:#x})"
+            )
     return buf
 
 
@@ -206,6 +230,8 @@ def stream_handle(stream, device: int) -> int:
         return stream.ptr
     if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
         return int(stream.cuda_stream)
-    if isinstance(stream, int):
+    if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
-    raise TypeError(f"stream must be a cupy.cuda.Stream, a torch stream or a raw handle, got {type(stream).__name__}")
+    raise TypeError(
+        f"stream must be a cupy.cuda.Stream, a torch stream or a raw handle (int), got {stream!r}"
+    )

@@ -291,3 +291,11 @@ def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
     _check_choice("arch", arch, tuple(ARCHS))
     return QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=Swizzle.B32, num_stages=2,
                           consumer_warpgroups=1, min_ctas_per_sm=3, arch=arch)
+
+
+def default_mx_config(arch: str = "sm_90a") -> QuantizeConfig:
+    """The MXFP4 config when none is given: 128x128 tiles (whole 128x4 scale
+    blocks of 32-element groups), two stages, one consumer warpgroup, two
+    CTAs per SM, the NVFP4 sweep's all-round shape scaled to the MXFP4 block."""
+    _check_choice("arch", arch, tuple(ARCHS))
+    return QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=2, arch=arch)

@@ -39,13 +39,14 @@ _plans: dict[tuple, "Plan"] = {}
 _plans_lock = threading.Lock()
 
 
-def plan_key(x, device: int, sf_layout: str, mode: str, config) -> tuple:
-    """The key of a call's plan; ``x`` is the CuPy input array.
+def plan_key(x, device: int, sf_layout: str, mode: str, config, fmt) -> tuple:
+    """The key of a call's plan; ``x`` is the CuPy input array, ``fmt`` the
+    (hashable) output format of the public function.
 
     ``config`` enters by identity: the plan holds the object, so its id
     cannot be reused by another object while the plan is stored.
     """
-    return (x.shape, x.strides, x.dtype, device, sf_layout, mode, id(config))
+    return (x.shape, x.strides, x.dtype, device, sf_layout, mode, id(config), fmt)
 
 
 class Plan:
@@ -147,17 +148,22 @@ class TmaLauncher(_Launcher):
                           config.input_swizzle, 256)
         self._q_static = (1, (cols // 2, rows), (cols // 2,), (config.output_box_k, config.tile_m),
                           config.output_swizzle, 0)
-        k_blocks, m_blocks = math.ceil(cols / 64), math.ceil(rows / 128)
+        k_blocks, m_blocks = math.ceil(cols / (4 * config.sf_vec_size)), math.ceil(rows / 128)
         self._sf_static = (1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
                            tuple(reversed(config.scales_box)), Swizzle.NONE, 0)
         self._maps: dict[tuple, tuple] = {}
         self._maps_lock = threading.Lock()
 
     def _encode(self, key: tuple, x_ptr: int, q_ptr: int, sf_ptr: int) -> tuple:
-        """The maps for these pointers, from the shared cache (validated and encoded on a miss)."""
-        in_map = tensor_maps.get(TensorMapSpec(x_ptr, *self._x_static), "x")
-        q_map = tensor_maps.get(TensorMapSpec(q_ptr, *self._q_static), "out")
-        sf_map = tensor_maps.get(TensorMapSpec(sf_ptr, *self._sf_static), "sf_out") if self.swizzled else q_map
+        """The maps for these pointers, from the shared cache (validated and encoded on a miss).
+
+        Encoding needs a current context, which a thread that never touched
+        the CUDA runtime does not have."""
+        with in_context(self.device):
+            in_map = tensor_maps.get(TensorMapSpec(x_ptr, *self._x_static), "x")
+            q_map = tensor_maps.get(TensorMapSpec(q_ptr, *self._q_static), "out")
+            sf_map = (tensor_maps.get(TensorMapSpec(sf_ptr, *self._sf_static), "sf_out") if self.swizzled
+                      else q_map)
         maps = (int(in_map.getPtr()), int(q_map.getPtr()), int(sf_map.getPtr()), in_map, q_map, sf_map)
         with self._maps_lock:
             while len(self._maps) >= MAPS_PER_LAUNCHER:
@@ -189,7 +195,7 @@ class SimtLauncher(_Launcher):
     __slots__ = ("row_stride",)
 
     def __init__(self, config, kernel, rows: int, cols: int, row_stride: int, swizzled: bool) -> None:
-        groups = cols // 16
+        groups = cols // config.sf_vec_size
         if swizzled:
             total = math.ceil(rows / 128) * 128 * math.ceil(groups / 4) * 4
         else:

@@ -7,7 +7,7 @@ import functools
 import json
 import pathlib
 
-from .config import ConfigError, QuantizeConfig, Swizzle, default_config
+from .config import ConfigError, QuantizeConfig, Swizzle, default_config, default_mx_config
 
 M_BUCKETS = (16, 128, 1024, 4096)  # upper bounds; larger M is the last class
 K_BUCKETS = (2048, 4096, 8192)
@@ -49,5 +49,8 @@ def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_config(m: int, k: int, arch: str) -> QuantizeConfig:
+def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeConfig:
+    """The tuned (NVFP4) or default config for an ``m x k`` input."""
+    if sf_vec_size == 32:
+        return default_mx_config(arch)
     return tuned_table(arch).get(shape_class(m, k)) or default_config(m, k, arch)

@@ -10,11 +10,9 @@ Rows that fail before anything touches the GPU (a host ``x``, an invalid
 ``sf_layout``, ConfigError at construction) run on CPU-only machines; the
 rest need CuPy device arrays and are marked ``gpu``.
 
-Where a message does not yet name the value or the rule, the row is marked
-``xfail(strict=True, raises=MessageIncomplete)``: the exception type, the
-argument name and the untouched buffers are still hard assertions, only the
-missing wording is expected to fail, and the row turns red (XPASS strict)
-once the message is fixed, so the mark gets removed.
+A message that lacks the value or the rule fails with ``MessageIncomplete``,
+after the exception type, the argument name and the untouched buffers have
+been checked.
 """
 
 from __future__ import annotations
@@ -83,10 +81,6 @@ def expect_rejected(exc_type, arg, value, rule, call, watch=()):
 # Lenient patterns for values the messages do not show yet, so any reasonable wording of the fix passes.
 STRIDES = r"strides?\b|\(\d+, \d+\)"
 BYTE_RANGE = r"0x[0-9a-fA-F]+|\bbytes?\b|offset|range"
-
-
-def incomplete_message(reason):
-    return pytest.mark.xfail(strict=True, raises=MessageIncomplete, reason=reason)
 
 
 PATHS = ("first", "repeat", "after_valid")
@@ -326,14 +320,6 @@ def test_tensor_sf_host_value_out_of_range(tensor_sf, path):
 
 
 @gpu
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a host tensor_sf too large for float32 is not a clean ValueError: a Python int beyond "
-    "float range (10**400) escapes as OverflowError('int too large to convert to float') from "
-    "np.float32(), which names neither tensor_sf nor the rule; 1e39 raises the right ValueError but only "
-    "after numpy's RuntimeWarning 'overflow encountered in cast' (an error under -W error). "
-    "fp4q/arrays.py as_tensor_sf: np.float32(tensor_sf) outside np.errstate/try.",
-)
 @pytest.mark.parametrize("tensor_sf", [10**400, 1e39], ids=["int_10e400", "float_1e39"])
 def test_tensor_sf_host_value_beyond_float32(tensor_sf, path):
     cp = _cp()
@@ -453,7 +439,6 @@ def test_out_host_numpy(name, path):
 
 
 @gpu
-@incomplete_message("'out must be C-contiguous' does not name the value (the buffer's strides)")
 @pytest.mark.parametrize("name, how", [("out", "strided"), ("out", "transposed"), ("sf_out", "strided")])
 def test_out_not_contiguous(name, how, path):
     cp = _cp()
@@ -470,7 +455,6 @@ def test_out_not_contiguous(name, how, path):
 
 
 @gpu
-@incomplete_message("'out overlaps the input x' does not name the value (the overlapping byte ranges)")
 @pytest.mark.parametrize("name", ["out", "sf_out"])
 def test_out_overlapping_the_input(name, path):
     cp = _cp()
@@ -487,7 +471,6 @@ def test_out_overlapping_the_input(name, path):
 
 
 @gpu
-@incomplete_message("'sf_out overlaps out' does not name the value (the overlapping byte ranges)")
 def test_out_and_sf_out_overlapping_each_other(path):
     cp = _cp()
     base = cp.full(1024, FILL, dtype=cp.uint8)
@@ -537,12 +520,6 @@ def test_config_wrong_type(config, value, path):
 
 
 @gpu
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config is type-checked only when there is work: quantize_nvfp4 returns before "
-    "_resolve_config when M == 0 or K == 0, so config='fast' with an empty x is silently accepted "
-    "(fp4q/api.py; pdl and stream are checked before that early return, config is not)",
-)
 def test_config_wrong_type_with_empty_input():
     cp = _cp()
     x = cp.zeros((0, K), dtype=cp.uint16)
@@ -577,12 +554,6 @@ def test_explicit_tma_config_on_a_call_tma_cannot_serve(obstacle, path):
 
 
 @gpu
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: quantize_nvfp4 accepts an MXFP4 config (QuantizeConfig(sf_vec_size=32)): the call "
-    "succeeds and launches the MXFP4 kernel (e8m0 scales per 32 elements, no tensor scale) into outputs "
-    "validated for NVFP4 shapes; api._resolve_config/_for_call never check config.sf_vec_size == 16",
-)
 def test_mxfp4_config_passed_to_quantize_nvfp4(path):
     cp = _cp()
     try:
@@ -696,12 +667,6 @@ def test_stream_wrong_type(stream, value, path):
 
 
 @gpu
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stream=True/False is taken as the raw handle 1/0 (CU_STREAM_LEGACY / the NULL stream) "
-    "because bool is an int: fp4q/arrays.py stream_handle's isinstance(stream, int) does not exclude "
-    "bool (tensor_sf and pdl do reject bool)",
-)
 @pytest.mark.parametrize("stream", [True, False])
 def test_stream_bool(stream, path):
     cp = _cp()

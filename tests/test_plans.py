@@ -348,7 +348,7 @@ def test_alignment_is_part_of_the_kind(gpu):
     for _ in range(2):
         _, _, launch = call(gpu, x_odd, 1.0, out=q_aligned, sf_out=sf)
         check_launch(launch, SimtConfig, x_odd, q_aligned, sf, 1.0, 0, True)
-    plan = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None))
+    plan = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4))
     assert type(plan.launchers[True]) is plans.TmaLauncher and type(plan.launchers[False]) is plans.SimtLauncher
     # Checked: the first aligned call, the first misaligned one (its SIMT launcher then serves every
     # misaligned call of the kind: odd out, odd sf_out, odd x), the first linear one.
@@ -495,11 +495,12 @@ def test_empty_inputs_launch_nothing_on_either_path(gpu):
         for _ in range(2):
             q, sf, launch = call(gpu, cp.array(shape), 1.0, sf_layout=layout)
             assert launch is None
-    # pdl and the stream are still checked for an empty input; the config is not (the call returns first).
+    # pdl, the stream and the config are still checked for an empty input.
     for _ in range(2):
         with pytest.raises(TypeError, match="pdl must be a bool"):
             api.quantize_nvfp4(cp.array((0, 64)), 1.0, pdl="yes")
-        call(gpu, cp.array((0, 64)), 1.0, config="not a config")
+        with pytest.raises(TypeError, match="config must be None, a QuantizeConfig or a SimtConfig, got str"):
+            api.quantize_nvfp4(cp.array((0, 64)), 1.0, config="not a config")
 
 
 def test_pdl_and_stream_are_per_call(gpu):
@@ -572,7 +573,7 @@ def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
         q, sf = outs[i]
         _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
-    launcher = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None)).launchers[True]
+    launcher = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4)).launchers[True]
     assert len(launcher._maps) == 2
 
 
@@ -593,10 +594,12 @@ def test_context_is_pushed_only_when_another_is_current(gpu):
     call(gpu, x, 1.0)
     assert gpu.pushes == []
     gpu.current = cu.CUcontext(0x6000)
+    q, sf = cp.array((16, 128), np.uint8), swizzled(cp, 16, 256)
     for _ in range(2):
-        q, sf, launch = call(gpu, x, 1.0)
+        _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
-    assert gpu.pushes == [("push", 0x5000, 0x6000), ("pop",)] * 2
+    # New pointers: the maps are encoded in the device's context (one push), then each launch pushes.
+    assert gpu.pushes == [("push", 0x5000, 0x6000), ("pop",)] * 3
     assert int(gpu.current) == 0x6000
 
 
@@ -678,17 +681,54 @@ def test_launch_errors_name_the_call(monkeypatch):
 def test_plan_key_fields():
     x = FakeArray((4, 64), np.uint16, 0x1000)
     cfg = QuantizeConfig()
-    base = plans.plan_key(x, 0, "swizzled", "value", None)
+    base = plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4)
     others = [
-        plans.plan_key(FakeArray((4, 64), np.float16, 0x1000), 0, "swizzled", "value", None),
-        plans.plan_key(FakeArray((4, 64), np.uint16, 0x1000, strides=(256, 2)), 0, "swizzled", "value", None),
-        plans.plan_key(FakeArray((2, 2, 64), np.uint16, 0x1000), 0, "swizzled", "value", None),
-        plans.plan_key(x, 1, "swizzled", "value", None),
-        plans.plan_key(x, 0, "linear", "value", None),
-        plans.plan_key(x, 0, "swizzled", "pointer", None),
-        plans.plan_key(x, 0, "swizzled", "value", cfg),
-        plans.plan_key(x, 0, "swizzled", "value", QuantizeConfig()),
+        plans.plan_key(FakeArray((4, 64), np.float16, 0x1000), 0, "swizzled", "value", None, api.NVFP4),
+        plans.plan_key(FakeArray((4, 64), np.uint16, 0x1000, strides=(256, 2)), 0, "swizzled", "value", None, api.NVFP4),
+        plans.plan_key(FakeArray((2, 2, 64), np.uint16, 0x1000), 0, "swizzled", "value", None, api.NVFP4),
+        plans.plan_key(x, 1, "swizzled", "value", None, api.NVFP4),
+        plans.plan_key(x, 0, "linear", "value", None, api.NVFP4),
+        plans.plan_key(x, 0, "swizzled", "pointer", None, api.NVFP4),
+        plans.plan_key(x, 0, "swizzled", "value", cfg, api.NVFP4),
+        plans.plan_key(x, 0, "swizzled", "value", QuantizeConfig(), api.NVFP4),
+        plans.plan_key(x, 0, "swizzled", "value", None, api._MX_FORMATS["rceil"]),
+        plans.plan_key(x, 0, "swizzled", "value", None, api._MX_FORMATS["floor"]),
     ]
     assert len({base, *others}) == len(others) + 1
     # The pointer itself is not part of the key (alignment picks the launcher within a plan).
-    assert plans.plan_key(FakeArray((4, 64), np.uint16, 0x2000), 0, "swizzled", "value", None) == base
+    assert plans.plan_key(FakeArray((4, 64), np.uint16, 0x2000), 0, "swizzled", "value", None, api.NVFP4) == base
+
+
+@pytest.mark.parametrize("mode", ["rceil", "floor"])
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_mxfp4_calls_launch_the_mxfp4_kernel_with_its_scale_geometry(gpu, mode, sf_layout):
+    cp = gpu.cupy
+    m, k = 129, 2176  # 68 groups of 32: 17 scale blocks of 4
+    x = cp.array((m, k))
+    for _ in range(3):  # checked path, then the plan (kept apart from NVFP4's by the format)
+        before = len(gpu.launches)
+        q, sf = api.quantize_mxfp4(x, mode=mode, sf_layout=sf_layout)
+        (launch,) = gpu.launches[before:]
+        cfg = launch["config"]
+        assert (type(cfg), cfg.sf_vec_size, cfg.mx_mode, cfg.sf_layout) == (QuantizeConfig, 32, mode, sf_layout)
+        assert q.shape == (m, k // 2)
+        assert sf.shape == (swizzled_sf_shape(m, k // 32) if sf_layout == "swizzled" else (m, k // 32))
+        if sf_layout == "swizzled":
+            sf_map = [a for a in launch["args"] if a[0] == "map"][2][1]
+            assert sf_map.dims == (16, 32, 17, 2) and sf_map.box == (16, 32, 1, 1)
+    assert gpu.checked == 1
+    # NVFP4 on the same input is another kind of call: its own checked call and plan.
+    call(gpu, x, 1.0, sf_layout=sf_layout)
+    assert gpu.checked == 2
+
+
+def test_format_rules_are_checked(gpu):
+    cp = gpu.cupy
+    with pytest.raises(ValueError, match="K .* must be a multiple of 32 for quantize_mxfp4, got 48"):
+        api.quantize_mxfp4(cp.array((4, 48)))
+    with pytest.raises(ValueError, match="mode must be 'rceil' or 'floor', got 'ceil'"):
+        api.quantize_mxfp4(cp.array((4, 64)), mode="ceil")
+    with pytest.raises(ValueError, match="config.sf_vec_size is 32, but quantize_nvfp4 quantizes groups of 16"):
+        api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(sf_vec_size=32))
+    with pytest.raises(ValueError, match="config.sf_vec_size is 16, but quantize_mxfp4 quantizes groups of 32"):
+        api.quantize_mxfp4(cp.array((4, 128)), config=SimtConfig())

@@ -157,12 +157,6 @@ def test_kernel_cache_hands_racing_threads_one_loaded_kernel(base):
     assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: quantize_nvfp4(..., stream=s) allocates q/sf from CuPy's pool for the CURRENT stream "
-    "(arrays.output / empty_uint8 run outside `with s`), so dropping them while s still runs lets the "
-    "current stream get the same block back at once and the kernel on s overwrites it later",
-)
 def test_fresh_outputs_can_be_dropped_while_the_launch_stream_runs():
     """quantize_nvfp4(..., stream=s) allocates q/sf; CuPy's pool hands a freed block out again on the
     stream it was allocated for, in that stream's order. If the outputs are allocated for the current stream
@@ -196,14 +190,6 @@ def _context_is_current() -> bool:
     return err == cu.CUresult.CUDA_SUCCESS and ctx is not None and int(ctx) != 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=fp4q.driver.CudaError,
-    reason="BUG: in a thread with no current CUDA context (one that never called the CUDA runtime, e.g. "
-    "all arrays made elsewhere and outputs passed in or served by CuPy's pool), a TMA call that needs a "
-    "new tensor map fails with 'cuTensorMapEncodeTiled (out) failed: CUDA_ERROR_INVALID_CONTEXT': the "
-    "maps are encoded outside driver.in_context (seen in scripts/soak.py's warm-up too)",
-)
 def test_first_cuda_work_of_a_thread_is_a_quantize_call():
     cp = _cp()
     rng = np.random.default_rng(21)
