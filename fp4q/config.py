@@ -93,6 +93,28 @@ def _check_box(prefix: str, box_bytes: int, swizzle: Swizzle, tile_bytes: int) -
     )
 
 
+def check_fits_sm(cfg) -> None:
+    """The occupancy rules shared by every TMA kernel config: its shared memory
+    per block, and ``min_ctas_per_sm`` CTAs of it (memory and threads) per SM."""
+    limits = ARCHS[cfg.arch]
+    smem = cfg.smem.total
+    _check(
+        smem <= limits.max_smem_per_block,
+        f"shared memory of {smem} bytes (num_stages={cfg.num_stages}, tile {cfg.tile_m}x{cfg.tile_k}) "
+        f"exceeds the {cfg.arch} limit of {limits.max_smem_per_block} bytes per block",
+    )
+    _check(
+        cfg.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
+        f"min_ctas_per_sm={cfg.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
+        f"in the {limits.smem_per_sm} bytes of one {cfg.arch} SM",
+    )
+    _check(
+        cfg.min_ctas_per_sm * cfg.threads <= limits.max_threads_per_sm,
+        f"min_ctas_per_sm={cfg.min_ctas_per_sm} CTAs of {cfg.threads} threads exceed "
+        f"{limits.max_threads_per_sm} threads per SM",
+    )
+
+
 @dataclass(frozen=True)
 class SmemLayout:
     """Byte offsets of the kernel's dynamic shared memory, after alignment."""
@@ -180,23 +202,7 @@ class QuantizeConfig:
             f"tile_m * tile_k / {CHUNK_K} = {chunks} chunks must split evenly over "
             f"consumer_warpgroups * {WARPGROUP} = {self.consumer_threads} threads",
         )
-        limits = ARCHS[self.arch]
-        smem = self.smem.total
-        _check(
-            smem <= limits.max_smem_per_block,
-            f"shared memory of {smem} bytes (num_stages={self.num_stages}, tile {self.tile_m}x{self.tile_k}) "
-            f"exceeds the {self.arch} limit of {limits.max_smem_per_block} bytes per block",
-        )
-        _check(
-            self.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
-            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
-            f"in the {limits.smem_per_sm} bytes of one {self.arch} SM",
-        )
-        _check(
-            self.min_ctas_per_sm * self.threads <= limits.max_threads_per_sm,
-            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {self.threads} threads exceed "
-            f"{limits.max_threads_per_sm} threads per SM",
-        )
+        check_fits_sm(self)
 
     # ------------------------------------------------------------ derived
     @property

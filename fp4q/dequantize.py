@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import driver
-from .arrays import _as_cupy, _cupy, as_tensor_sf, stream_handle
+from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, stream_handle
 from .config import SF_LAYOUTS, Swizzle
 from .dequantize_config import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from .kernels import get_kernel
@@ -83,14 +83,6 @@ def as_codes(q, fmt: str) -> CodesView:
             )
         expected *= shape[dim]
     return CodesView(arr, shape[:-1], rows, cols, row_stride, arr.device.id)
-
-
-def _span(arr) -> tuple[int, int]:
-    return (arr.data.ptr, arr.data.ptr + arr.nbytes)
-
-
-def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1]
 
 
 def as_scales(sf, view: CodesView, fmt: str, sf_layout: str):

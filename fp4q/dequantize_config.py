@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import ARCHS, SF_LAYOUTS, TMA_MAX_BOX_DIM, _align, _check, _check_choice, _check_int
+from .config import ARCHS, SF_LAYOUTS, TMA_MAX_BOX_DIM, _align, _check, _check_choice, _check_int, check_fits_sm
 
 FORMATS = ("nvfp4", "mxfp4")
 OUT_DTYPES = ("bfloat16", "float32")
@@ -93,23 +93,7 @@ class DequantizeConfig:
             f"{units // self.consumer_threads} output units per consumer thread and tile exceed "
             f"{MAX_UNITS_PER_THREAD} (each holds its codes in a register): use a smaller tile or more consumer_warps",
         )
-        limits = ARCHS[self.arch]
-        smem = self.smem.total
-        _check(
-            smem <= limits.max_smem_per_block,
-            f"shared memory of {smem} bytes (num_stages={self.num_stages}, tile {self.tile_m}x{self.tile_k}) "
-            f"exceeds the {self.arch} limit of {limits.max_smem_per_block} bytes per block",
-        )
-        _check(
-            self.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
-            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
-            f"in the {limits.smem_per_sm} bytes of one {self.arch} SM",
-        )
-        _check(
-            self.min_ctas_per_sm * self.threads <= limits.max_threads_per_sm,
-            f"min_ctas_per_sm={self.min_ctas_per_sm} CTAs of {self.threads} threads exceed "
-            f"{limits.max_threads_per_sm} threads per SM",
-        )
+        check_fits_sm(self)
 
     @property
     def group_size(self) -> int:
