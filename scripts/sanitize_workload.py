@@ -1,6 +1,7 @@
-"""A small workload for compute-sanitizer: every shipped config (and the SIMT
-fallback) on ragged shapes, both scale layouts, both tensor_sf modes, each
-result checked against the reference."""
+"""A small workload for compute-sanitizer: every shipped quantize config
+(NVFP4 and MXFP4, TMA and the SIMT fallback) on ragged shapes, both scale
+layouts, both tensor_sf modes (NVFP4), each result checked against the
+reference."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 import fp4q
 from fp4q import reference
-from fp4q.variants import SHIPPED, SIMT
+from fp4q.variants import SHIPPED, SHIPPED_MX, SIMT
 
 SHAPES = [(129, 2176), (5, 64), (300, 512)]
 SIMT_SHAPES = SHAPES + [(33, 80), (7, 16)]
@@ -22,7 +23,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", default="all", help="comma-separated shipped names, or 'all'")
     args = parser.parse_args()
-    configs = {**SHIPPED, **SIMT}
+    configs = {**SHIPPED, **SHIPPED_MX, **SIMT}
     if args.configs != "all":
         configs = {name: configs[name] for name in args.configs.split(",")}
     rng = np.random.default_rng(0)
@@ -32,11 +33,18 @@ def main() -> int:
         for m, k in shapes:
             bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
             x = cp.asarray(bits)
+            if k % cfg.sf_vec_size:
+                continue
+            mx = cfg.sf_vec_size == 32
             for layout in ("swizzled", "linear"):
-                for device_sf in (False, True):
-                    tsf = cp.asarray(np.float32(0.75)) if device_sf else 0.75
-                    q, sf = fp4q.quantize_nvfp4(x, tsf, sf_layout=layout, config=cfg)
-                    q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.75, sf_layout=layout)
+                for device_sf in (False,) if mx else (False, True):
+                    if mx:
+                        q, sf = fp4q.quantize_mxfp4(x, mode=cfg.mx_mode, sf_layout=layout, config=cfg)
+                        q_ref, sf_ref = reference.quantize_mxfp4(bits, mode=cfg.mx_mode, sf_layout=layout)
+                    else:
+                        tsf = cp.asarray(np.full(1, 0.75, np.float32)) if device_sf else 0.75
+                        q, sf = fp4q.quantize_nvfp4(x, tsf, sf_layout=layout, config=cfg)
+                        q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.75, sf_layout=layout)
                     ok = np.array_equal(cp.asnumpy(q), q_ref) and np.array_equal(cp.asnumpy(sf), sf_ref)
                     if not ok:
                         failures += 1
