@@ -228,6 +228,17 @@ _F32 = np.dtype(np.float32)
 _U8 = np.dtype(np.uint8)
 
 
+def _planned_output(cupy, buf, shape, dev: int, alloc_stream):
+    """A new output, or the caller's buffer when it passes arrays.output's type, dtype, shape,
+    device and contiguity rules; None sends the call to the checked path."""
+    if buf is None:
+        return empty_uint8(shape, dev, alloc_stream)
+    if (type(buf) is cupy.ndarray and buf.dtype == _U8 and buf.shape == shape and buf.data.device_id == dev
+            and buf.flags.c_contiguous):
+        return buf
+    return None
+
+
 def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format):
     """The call through its stored plan, or None when the checked path must take it.
 
@@ -264,32 +275,17 @@ def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pd
     alloc_stream = None if stream is None else handle
     x_ptr = data.ptr
     x_end = x_ptr + plan.x_span
-    q_size = plan.q_size
-    if out is None:
-        q = empty_uint8(plan.q_shape, dev, alloc_stream)
-        q_ptr = q.data.ptr
-    elif (type(out) is cupy.ndarray and out.dtype == _U8 and out.shape == plan.q_shape
-          and out.data.device_id == dev and out.flags.c_contiguous):
-        q = out
-        q_ptr = q.data.ptr
-        # arrays.output's aliasing rule: a non-empty out must not overlap x.
-        if q_size and q_ptr < x_end and x_ptr < q_ptr + q_size:
-            return None
-    else:
+    q = _planned_output(cupy, out, plan.q_shape, dev, alloc_stream)
+    sf = _planned_output(cupy, sf_out, plan.sf_shape, dev, alloc_stream)
+    if q is None or sf is None:
         return None
-    sf_size = plan.sf_size
-    if sf_out is None:
-        sf = empty_uint8(plan.sf_shape, dev, alloc_stream)
-        sf_ptr = sf.data.ptr
-    elif (type(sf_out) is cupy.ndarray and sf_out.dtype == _U8 and sf_out.shape == plan.sf_shape
-          and sf_out.data.device_id == dev and sf_out.flags.c_contiguous):
-        sf = sf_out
-        sf_ptr = sf.data.ptr
-        # ... nor overlap x or out.
-        if sf_size and ((sf_ptr < x_end and x_ptr < sf_ptr + sf_size)
-                        or (q_size and sf_ptr < q_ptr + q_size and q_ptr < sf_ptr + sf_size)):
-            return None
-    else:
+    q_ptr, q_size = q.data.ptr, plan.q_size
+    sf_ptr, sf_size = sf.data.ptr, plan.sf_size
+    # arrays.output's aliasing rules: a non-empty output overlaps neither x nor the other output.
+    if q_size and q_ptr < x_end and x_ptr < q_ptr + q_size:
+        return None
+    if sf_size and ((sf_ptr < x_end and x_ptr < sf_ptr + sf_size)
+                    or (q_size and sf_ptr < q_ptr + q_size and q_ptr < sf_ptr + sf_size)):
         return None
     if plan.empty:
         return q, sf
