@@ -9,6 +9,7 @@ the argument, the value and the rule.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,20 +62,49 @@ def _as_cupy(x, name: str):
     if isinstance(x, np.ndarray) or np.isscalar(x):
         raise TypeError(f"{name} must be a CUDA array (CuPy, or any __dlpack__/__cuda_array_interface__ object), got a host {type(x).__name__}")
     errors = []
+    bits = _torch_bf16_bits(cupy, x, errors)
+    if bits is not None:
+        return bits
     # DLPack first: it names bfloat16, where the array interface has only an
     # anonymous two-byte type ("<V2").
-    if hasattr(x, "__dlpack__"):
+    if _has(x, "__dlpack__"):
         try:
             return cupy.from_dlpack(x)
         except Exception as exc:  # noqa: BLE001 - fall back to the array interface
             errors.append(f"__dlpack__: {exc}")
-    if hasattr(x, "__cuda_array_interface__"):
+    if _has(x, "__cuda_array_interface__"):
         try:
             return cupy.asarray(x)
         except Exception as exc:  # noqa: BLE001
             errors.append(f"__cuda_array_interface__: {exc}")
     detail = "; ".join(errors) if errors else "it has neither __dlpack__ nor __cuda_array_interface__"
     raise TypeError(f"{name} must be a CUDA array, got {type(x).__name__} ({detail})")
+
+
+def _has(x, attr: str) -> bool:
+    # hasattr lets anything but AttributeError through, and torch raises other
+    # errors from __cuda_array_interface__ for dtypes it cannot describe (bf16).
+    try:
+        return hasattr(x, attr)
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _torch_bf16_bits(cupy, x, errors: list):
+    """A torch bf16 CUDA tensor as a CuPy uint16 view of the same memory.
+
+    Not every CuPy build takes bfloat16 through DLPack, but every one takes
+    int16, and a bf16 tensor reinterpreted as int16 is the same bits with
+    no copy.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor) or x.dtype != torch.bfloat16 or not x.is_cuda:
+        return None
+    try:
+        return cupy.from_dlpack(x.view(torch.int16)).view(np.uint16)
+    except Exception as exc:  # noqa: BLE001 - the generic paths below may still work
+        errors.append(f"int16 view of the bf16 tensor: {exc}")
+        return None
 
 
 def as_input(x, name: str = "x", allowed=("bfloat16", "float16")) -> InputView:
@@ -169,12 +199,31 @@ def empty_uint8(shape: tuple[int, ...], device: int, stream: int | None = None):
     """
     cupy = _cupy()
     if stream is not None and stream != cupy.cuda.get_current_stream(device).ptr:
-        with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream, device):
+        with cupy.cuda.Device(device), _cupy_stream(cupy, stream, device):
             return cupy.empty(shape, dtype=np.uint8)
     if cupy.cuda.runtime.getDevice() == device:
         return cupy.empty(shape, dtype=np.uint8)
     with cupy.cuda.Device(device):
         return cupy.empty(shape, dtype=np.uint8)
+
+
+class _RawStream:
+    """A raw CUstream handle in the CUDA stream protocol."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _cupy_stream(cupy, handle: int, device: int):
+    # ExternalStream is deprecated from CuPy 14 on, which has Stream.from_external instead.
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        return cupy.cuda.Stream.from_external(_RawStream(handle))
+    return cupy.cuda.ExternalStream(handle, device)
 
 
 def _span(arr) -> tuple[int, int]:
@@ -230,8 +279,11 @@ def stream_handle(stream, device: int) -> int:
         return stream.ptr
     if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
         return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core and others)
+        return int(stream.__cuda_stream__()[1])
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
     raise TypeError(
-        f"stream must be a cupy.cuda.Stream, a torch stream or a raw handle (int), got {stream!r}"
+        f"stream must be a cupy.cuda.Stream, a torch stream, an object with __cuda_stream__ "
+        f"or a raw handle (int), got {stream!r} ({type(stream).__name__})"
     )

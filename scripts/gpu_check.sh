@@ -2,7 +2,9 @@
 # Everything that needs the GPU, in one go, with one log per step under
 # ${LOGS:-gpu-check-logs}: the GPU test suite, the sanitizers over every
 # shipped config, the soak, and a quick benchmark. Exits non-zero if any
-# step failed; prints one summary line per step.
+# step failed; prints one summary line per step. Each step runs under a
+# time limit (seconds) so that one slow step cannot starve the others:
+# PYTEST_LIMIT, SANITIZE_TIMEOUT, SOAK_LIMIT, BENCH_LIMIT.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${LOGS:-gpu-check-logs}
@@ -10,15 +12,17 @@ mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 status=0
 step() {
-  local name=$1; shift
+  local name=$1 limit=$2; shift 2
   local start=$SECONDS
-  "$@" >"$logs/$name.log" 2>&1
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
   printf '%-10s exit %-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$logs/$name.log")"
   [ $rc -eq 0 ] || status=1
 }
-step pytest python3 -m pytest -q -m gpu -p no:cacheprovider "$here/../tests"
-step sanitize env SANITIZE_LOGS="$logs/sanitize" bash "$here/sanitize.sh"
-step soak python3 "$here/soak.py"
-step bench python3 "$here/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json"
+sanitize_limit=${SANITIZE_TIMEOUT:-1200}
+step pytest "${PYTEST_LIMIT:-1200}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 "$here/../tests"
+step sanitize "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize" SANITIZE_TIMEOUT="$sanitize_limit" \
+  bash "$here/sanitize.sh"
+step soak "${SOAK_LIMIT:-1200}" python3 "$here/soak.py"
+step bench "${BENCH_LIMIT:-1200}" python3 "$here/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json"
 exit $status

@@ -8,7 +8,7 @@ import pytest
 
 from fp4q import reference
 from fp4q.config import QuantizeConfig, SimtConfig
-from fp4q.variants import SHIPPED, SIMT
+from fp4q.variants import SHIPPED, SHIPPED_MX, SIMT
 
 from helpers import assert_bytes_equal, edge_groups, random_bf16
 
@@ -79,7 +79,9 @@ def test_device_tensor_sf_outside_range_follows_formulas(tensor_sf):
         _run_and_check(x, tensor_sf, layout, device_sf=True, config=SimtConfig())
 
 
-VARIANTS = {**SHIPPED, **SIMT}
+# quantize_nvfp4 takes the 16-element configs; the MXFP4 ones are checked through quantize_mxfp4 below.
+VARIANTS = {name: cfg for name, cfg in {**SHIPPED, **SIMT}.items() if cfg.sf_vec_size == 16}
+MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.sf_vec_size == 32}
 
 
 @gpu
@@ -234,14 +236,19 @@ def test_mxfp4_edge_families(mode):
 
 
 @gpu
-@pytest.mark.parametrize("name", ["mx_m128_k128_s2_wg1_2cta", "mx_m128_k128_s4_wg2", "mx_simt_256"])
-def test_mxfp4_shipped_configs(name):
-    from fp4q.variants import SHIPPED_MX
-
-    cfg = {**SHIPPED_MX, **SIMT}[name]
+@pytest.mark.parametrize("name", sorted(MX_VARIANTS))
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_mxfp4_shipped_configs(name, sf_layout):
+    cfg = MX_VARIANTS[name]
     rng = np.random.default_rng(23)
     for m, k in [(129, 2176), (5, 128), (300, 4096)]:
-        _check_mx(random_bf16((m, k), rng, specials=0.01), "rceil", config=cfg)
+        _check_mx(random_bf16((m, k), rng, specials=0.01), cfg.mx_mode, sf_layout, config=cfg)
+
+
+def test_variant_lists_split_by_format():
+    assert VARIANTS and MX_VARIANTS
+    assert {"mx_simt_256", "mx_simt_256_floor"} <= set(MX_VARIANTS)
+    assert not set(VARIANTS) & set(MX_VARIANTS)
 
 
 @gpu

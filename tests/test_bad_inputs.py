@@ -661,8 +661,8 @@ def test_stream_wrong_type(stream, value, path):
     cp = _cp()
     call, watch = _quantize_with_buffers(cp, path, _x(cp), stream=stream)
     expect_rejected(
-        TypeError, r"stream must be", _words(f"got {value}"),
-        _words("a cupy.cuda.Stream, a torch stream or a raw handle"), call, watch,
+        TypeError, r"stream must be", _words(f"got {stream!r} ({value})"),
+        _words("a cupy.cuda.Stream, a torch stream, an object with __cuda_stream__ or a raw handle (int)"), call, watch,
     )
 
 
