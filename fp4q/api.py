@@ -41,10 +41,11 @@ def tensor_map_cache() -> TensorMapCache:
     return plans.tensor_maps
 
 
-def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
-    """Why the TMA kernel cannot serve this call, or None when it can."""
-    if view.cols % 32:
-        return f"K={view.cols} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+def _alignment_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
+    """Why neither the TMA nor the vector kernel can serve this call's pointers, or None.
+
+    The same 16-byte rule for both kernels, which is what a stored plan keys its
+    launchers on (plans.Plan.aligned)."""
     if view.ptr % 16:
         return f"x's base address {view.ptr:#x} is not 16-byte aligned"
     if (view.row_stride * 2) % 16:
@@ -54,6 +55,13 @@ def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
     if sf_layout == "swizzled" and sf.data.ptr % 16:
         return f"sf_out's base address {sf.data.ptr:#x} is not 16-byte aligned"
     return None
+
+
+def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
+    """Why the TMA kernel cannot serve this call, or None when it can."""
+    if view.cols % 32:
+        return f"K={view.cols} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+    return _alignment_obstacle(view, q, sf, sf_layout)
 
 
 @dataclass(frozen=True)
@@ -100,16 +108,23 @@ def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mo
     call = (sf_layout, tensor_sf_mode, view.dtype, arch, fmt.mx_mode)
     _check_config_type(config, fmt)
     if isinstance(config, SimtConfig):
+        if config.vector:
+            obstacle = _alignment_obstacle(view, q, sf, sf_layout)
+            if obstacle is not None:
+                raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
+                                 f"{obstacle}")
         return _for_call(config, *call)
-    obstacle = _tma_obstacle(view, q, sf, sf_layout)
     if isinstance(config, QuantizeConfig):
+        obstacle = _tma_obstacle(view, q, sf, sf_layout)
         if obstacle is not None:
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
         return _for_call(config, *call)
-    if obstacle is not None:
-        return SimtConfig(sf_vec_size=fmt.sf_vec_size, mx_mode=fmt.mx_mode, sf_layout=sf_layout,
-                          tensor_sf_mode=tensor_sf_mode, input_dtype=view.dtype, arch=arch)
-    return _for_call(choose_config(view.rows, view.cols, arch, fmt.sf_vec_size), *call)
+    if _alignment_obstacle(view, q, sf, sf_layout) is not None:
+        return _for_call(SimtConfig(sf_vec_size=fmt.sf_vec_size), *call)
+    chosen = choose_config(view.rows, view.cols, arch, fmt.sf_vec_size)
+    if isinstance(chosen, QuantizeConfig) and view.cols % 32:
+        chosen = SimtConfig(sf_vec_size=fmt.sf_vec_size, vector=True)
+    return _for_call(chosen, *call)
 
 
 def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None, pdl=True):

@@ -126,9 +126,10 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
 
 
 def render_simt(config: SimtConfig) -> KernelSource:
+    kind = "vector" if config.vector else "simt"
     source = _prelude(config, {"SIMT_THREADS": config.threads, "SF_VEC": config.sf_vec_size}, _common_flags(config))
-    source += expand_includes("quantize_fp4_simt.cu")
-    return KernelSource("fp4q_quantize_fp4_simt", source, config.arch)
+    source += expand_includes(f"quantize_fp4_{kind}.cu")
+    return KernelSource(f"fp4q_quantize_fp4_{kind}", source, config.arch)
 
 
 def render_numerics_probe(arch: str) -> KernelSource:

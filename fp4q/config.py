@@ -263,9 +263,17 @@ class QuantizeConfig:
 
 @dataclass(frozen=True)
 class SimtConfig:
-    """The fallback kernel without TMA, for shapes and pointers TMA cannot address."""
+    """The kernels without TMA or shared memory.
+
+    ``vector=True``: one 16-byte load per thread (8 elements), the threads of
+    a group combining their amax by warp shuffles; the fastest kernel for
+    small inputs, and it serves any K, but needs x's rows, ``out`` and
+    ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with
+    2-byte loads, for any pointer alignment and row stride.
+    """
 
     threads: int = 256
+    vector: bool = False
     sf_vec_size: int = 16
     mx_mode: str = "rceil"
     tensor_sf_mode: str = "value"
@@ -281,6 +289,7 @@ class SimtConfig:
         _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         _check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
+        _check(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)

@@ -189,18 +189,25 @@ class TmaLauncher(_Launcher):
         del block, maps
 
 
+def simt_threads(config, rows: int, cols: int, swizzled: bool) -> int:
+    """Threads that give a SIMT kernel one work item each (more are not needed, fewer loop)."""
+    groups = cols // config.sf_vec_size
+    domain_groups = math.ceil(groups / 4) * 4 if swizzled else groups
+    if not config.vector:  # a thread per group of the padded scale domain
+        return (math.ceil(rows / 128) * 128 if swizzled else rows) * domain_groups
+    # A thread per 8 elements; zero-scale words of the padding rows are shared out too.
+    padding_words = (math.ceil(rows / 128) * 128 - rows) * domain_groups // 4 if swizzled else 0
+    return max(rows * domain_groups * (config.sf_vec_size // 8), padding_words)
+
+
 class SimtLauncher(_Launcher):
-    """The SIMT fallback kernel of one plan."""
+    """A SIMT kernel (vector or plain) of one plan."""
 
     __slots__ = ("row_stride",)
 
     def __init__(self, config, kernel, rows: int, cols: int, row_stride: int, swizzled: bool) -> None:
-        groups = cols // config.sf_vec_size
-        if swizzled:
-            total = math.ceil(rows / 128) * 128 * math.ceil(groups / 4) * 4
-        else:
-            total = rows * groups
-        grid = max(1, min(math.ceil(total / config.threads), kernel.device.sm_count * kernel.ctas_per_sm * 4))
+        grid = max(1, min(math.ceil(simt_threads(config, rows, cols, swizzled) / config.threads),
+                          kernel.device.sm_count * kernel.ctas_per_sm * 4))
         super().__init__(config, kernel, grid, rows, cols)
         self.row_stride = ctypes.c_int64(row_stride).value
 

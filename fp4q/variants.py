@@ -52,6 +52,10 @@ SIMT: dict[str, SimtConfig] = {
     "simt_256": SimtConfig(),
     "mx_simt_256": SimtConfig(sf_vec_size=32),
     "mx_simt_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor"),
+    "vec_128": SimtConfig(threads=128, vector=True),
+    "vec_256": SimtConfig(vector=True),
+    "mx_vec_256": SimtConfig(sf_vec_size=32, vector=True),
+    "mx_vec_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor", vector=True),
 }
 
 

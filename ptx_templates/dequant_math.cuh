@@ -5,6 +5,7 @@
 // FP4Q_SF_SWIZZLED (the 128x4 scale layout, else linear).
 #pragma once
 #include "ptx.cuh"
+#include "sf_layout.cuh"
 
 #if FP4Q_MXFP4
 constexpr int GROUP = 32;
@@ -38,16 +39,6 @@ FP4Q_DEVICE float e4m3_value(u32 byte) {
 FP4Q_DEVICE float e8m0_value(u32 byte) {
     if (byte == 0xFFu) return f32_from_bits(0x7FFFFFFFu);
     return f32_from_bits(byte == 0u ? 0x00400000u : byte << 23);
-}
-
-// Where scale (row, group) sits in the scale tensor (NVFP4_SPEC.md "Outputs").
-FP4Q_DEVICE i64 sf_index(i64 row, int group, int groups) {
-#if FP4Q_SF_SWIZZLED
-    const i64 k_blocks = (groups + 3) / 4;
-    return ((row / 128) * k_blocks + group / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + group % 4;
-#else
-    return row * groups + group;
-#endif
 }
 
 // The group's multiplier d: float32(sf) * (1 / tensor_sf) for NVFP4, 2^e for MXFP4.

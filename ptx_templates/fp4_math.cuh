@@ -33,6 +33,16 @@ FP4Q_DEVICE float amax_packed(const u32 (&w)[N]) {
 }
 
 // ---------------------------------------------------------------- scales
+// The launch's tensor scale: the by-value argument, or the device scalar
+// (read after griddepcontrol.wait: the previous kernel may write it).
+FP4Q_DEVICE float launch_tensor_sf(float value, const float* ptr) {
+#if FP4Q_TENSOR_SF_BY_POINTER
+    return ld_global_f32(ptr);
+#else
+    return value;
+#endif
+}
+
 // Spec steps 3-5 for two groups at once (the e4m3 conversion is a pair
 // instruction). Returns the two scale bytes, group a in the low byte.
 FP4Q_DEVICE u32 nvfp4_scale_pair(float amax_a, float amax_b, float tensor_sf,
@@ -76,6 +86,20 @@ FP4Q_DEVICE int mx_exponent(float amax) {
 // 2^-e as a float32, exact (2^-127 is the subnormal 0x00400000).
 FP4Q_DEVICE float exp2_neg(int e) {
     return e == 127 ? f32_from_bits(0x00400000u) : f32_from_bits(static_cast<u32>(127 - e) << 23);
+}
+
+// The scale byte of one group from its amax, and the inverse scale its
+// elements are multiplied by: e4m3 (spec steps 3-5) or e8m0 (MXFP4).
+template <int SF_VEC>
+FP4Q_DEVICE u32 group_scale_byte(float amax, float tensor_sf, float rcp_tensor_sf, float& inv) {
+    if constexpr (SF_VEC == 16) {
+        float unused;
+        return nvfp4_scale_pair(amax, 0.0f, tensor_sf, rcp_tensor_sf, inv, unused) & 0xFFu;
+    } else {
+        const int e = mx_exponent(amax);
+        inv = exp2_neg(e);
+        return static_cast<u32>(e + 127);
+    }
 }
 
 // ---------------------------------------------------------------- e2m1

@@ -226,6 +226,13 @@ FP4Q_DEVICE u32 redux_sync_max_u32(u32 v) {
     return d;
 }
 
+// Butterfly exchange across the lanes of a full warp (lane ^ lane_mask).
+FP4Q_DEVICE float shfl_sync_bfly_b32(float v, u32 lane_mask) {
+    float d;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(d) : "f"(v), "r"(lane_mask));
+    return d;
+}
+
 // ---------------------------------------------------------------- PDL
 FP4Q_DEVICE void griddepcontrol_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -281,6 +288,10 @@ FP4Q_DEVICE float ld_global_f32(const float* p) {
 FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
+FP4Q_DEVICE void st_global_u32(void* p, u32 a) {
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
 }
 
 FP4Q_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {

@@ -4,24 +4,12 @@
 // multiple of 16 bytes, misaligned bases). Same numerics header as the TMA
 // kernel, so the same bits.
 #include "fp4_math.cuh"
+#include "sf_layout.cuh"
 
 constexpr int WORDS = SF_VEC / 2;
 
 FP4Q_DEVICE u32 load_pair(const u16* p) {
     return static_cast<u32>(p[0]) | (static_cast<u32>(p[1]) << 16);
-}
-
-// Scale byte and inverse scale of one group (spec steps 2-5, or MXFP4).
-FP4Q_DEVICE u32 group_scale(const u32 (&w)[WORDS], float tensor_sf, float rcp_tensor_sf, float& inv) {
-    const float amax = amax_packed(w);
-    if constexpr (SF_VEC == 16) {
-        float unused;
-        return nvfp4_scale_pair(amax, 0.0f, tensor_sf, rcp_tensor_sf, inv, unused) & 0xFFu;
-    } else {
-        const int e = mx_exponent(amax);
-        inv = exp2_neg(e);
-        return static_cast<u32>(e + 127);
-    }
 }
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
@@ -30,11 +18,7 @@ fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restri
                        i32 rows, i32 cols) {
     griddepcontrol_wait();
     griddepcontrol_launch_dependents();
-#if FP4Q_TENSOR_SF_BY_POINTER
-    const float tensor_sf = ld_global_f32(tensor_sf_ptr);
-#else
-    const float tensor_sf = tensor_sf_value;
-#endif
+    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const float rcp_tensor_sf = rcp_rn(tensor_sf);
     const int groups = cols / SF_VEC;
 #if FP4Q_SF_SWIZZLED
@@ -57,7 +41,7 @@ fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restri
 #pragma unroll
             for (int i = 0; i < WORDS; ++i) w[i] = load_pair(src + 2 * i);
             float inv;
-            sf_byte = group_scale(w, tensor_sf, rcp_tensor_sf, inv);
+            sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tensor_sf, rcp_tensor_sf, inv);
             u8* dst = q + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
             for (int word = 0; word < WORDS / 4; ++word) {
@@ -66,12 +50,6 @@ fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restri
                 for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
             }
         }
-#if FP4Q_SF_SWIZZLED
-        const i64 offset = ((m / 128) * (domain_groups / 4) + j / 4) * 512 + (m % 32) * 16 +
-                           ((m % 128) / 32) * 4 + j % 4;
-#else
-        const i64 offset = m * groups + j;
-#endif
-        sf[offset] = static_cast<u8>(sf_byte);
+        sf[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
     }
 }

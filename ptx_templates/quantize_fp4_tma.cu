@@ -127,11 +127,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     const int ctid = threadIdx.x - 128;
     // Our outputs may still be read, and tensor_sf written, by the previous kernel.
     griddepcontrol_wait();
-#if FP4Q_TENSOR_SF_BY_POINTER
-    const float tensor_sf = ld_global_f32(tensor_sf_ptr);
-#else
-    const float tensor_sf = tensor_sf_value;
-#endif
+    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const float rcp_tensor_sf = rcp_rn(tensor_sf);
     if (ctid == 0) {
         prefetch_tensormap(&q_map);

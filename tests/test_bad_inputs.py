@@ -527,30 +527,32 @@ def test_config_wrong_type_with_empty_input():
         fp4q.quantize_nvfp4(x, 1.0, config="fast")
 
 
+def _unservable(cp, obstacle):
+    """(x, out, what the message names) for a call that K or a pointer keeps from a kernel."""
+    x, out = _x(cp), None
+    if obstacle == "k48":
+        return _x(cp, (M, 48)), cp.full((M, 24), FILL, dtype=cp.uint8), "K=48 is not a multiple of 32"
+    if obstacle == "x_misaligned":
+        return _x(cp, (M * K + 1,))[1:].reshape(M, K), out, "x's base address"
+    if obstacle == "row_stride":
+        return _x(cp, (M, K + 4))[:, :K], out, f"row stride of {(K + 4) * 2} bytes is not a multiple of 16"
+    return x, cp.full(M * K // 2 + 1, FILL, dtype=cp.uint8)[1:].reshape(Q_SHAPE), "out's base address"
+
+
 @gpu
-@pytest.mark.parametrize("obstacle", ["k48", "x_misaligned", "row_stride", "out_misaligned"])
-def test_explicit_tma_config_on_a_call_tma_cannot_serve(obstacle, path):
+@pytest.mark.parametrize("config, obstacle, rule", [
+    *[pytest.param(QuantizeConfig(), o, ("config is a TMA QuantizeConfig", "TMA cannot serve this call"),
+                   id=f"tma-{o}") for o in ("k48", "x_misaligned", "row_stride", "out_misaligned")],
+    *[pytest.param(SimtConfig(vector=True), o, ("config is a vector SimtConfig", "16-byte loads cannot serve"),
+                   id=f"vector-{o}") for o in ("x_misaligned", "row_stride", "out_misaligned")],
+])
+def test_explicit_config_on_a_call_its_kernel_cannot_serve(config, obstacle, rule, path):
     cp = _cp()
     out, sf_out = _buffers(cp)
-    x = _x(cp)
-    if obstacle == "k48":
-        x = _x(cp, (M, 48))
-        out = cp.full((M, 24), FILL, dtype=cp.uint8)
-        value = "K=48 is not a multiple of 32"
-    elif obstacle == "x_misaligned":
-        x = _x(cp, (M * K + 1,))[1:].reshape(M, K)
-        value = "x's base address"
-    elif obstacle == "row_stride":
-        x = _x(cp, (M, K + 4))[:, :K]
-        value = f"row stride of {(K + 4) * 2} bytes is not a multiple of 16"
-    else:
-        out = cp.full(M * K // 2 + 1, FILL, dtype=cp.uint8)[1:].reshape(Q_SHAPE)
-        value = "out's base address"
-    call, watch = _quantize_with_buffers(cp, path, x, out=out, sf_out=sf_out, config=QuantizeConfig())
-    expect_rejected(
-        ValueError, r"\bconfig is a TMA QuantizeConfig", _words(value), _words("TMA cannot serve this call"),
-        call, watch,
-    )
+    x, bad_out, value = _unservable(cp, obstacle)
+    call, watch = _quantize_with_buffers(cp, path, x, out=out if bad_out is None else bad_out, sf_out=sf_out,
+                                         config=config)
+    expect_rejected(ValueError, rf"\b{rule[0]}", _words(value), _words(rule[1]), call, watch)
 
 
 @gpu

@@ -190,6 +190,17 @@ def test_render_simt(threads, layout, mode):
     assert 'extern "C" __global__ void __launch_bounds__(SIMT_THREADS)' in src.source
 
 
+@pytest.mark.parametrize("sf_vec_size", [16, 32])
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+def test_render_vector(sf_vec_size, layout):
+    src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True))
+    assert src.kernel_name == "fp4q_quantize_fp4_vector"
+    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size}
+    assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
+    assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
+    assert render(SimtConfig(vector=True)).source != render(SimtConfig()).source
+
+
 # --- determinism and sensitivity --------------------------------------------------------------------------------
 
 

@@ -286,6 +286,12 @@ def test_simt_threads_valid(threads):
     assert SimtConfig(threads=threads).threads == threads
 
 
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_simt_vector_must_be_bool(value):
+    with raises_config(f"vector must be a bool, got {value!r}"):
+        SimtConfig(vector=value)
+
+
 @pytest.mark.parametrize(
     "make",
     [lambda: QuantizeConfig(tile_m=128.0), lambda: QuantizeConfig(sf_vec_size=16.0),

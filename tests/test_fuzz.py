@@ -330,7 +330,7 @@ CONFIGS = st.one_of(
     # quantize_nvfp4 takes NVFP4 configs (sf_vec_size 16); the MXFP4 ones belong to another entry point.
     st.sampled_from([c for _, c in sorted({**SHIPPED, **SIMT}.items()) if getattr(c, "sf_vec_size", 16) == 16]),
     random_tma_configs(),
-    st.sampled_from([SimtConfig(threads=t) for t in (64, 128, 256, 512, 1024)]),
+    st.sampled_from([SimtConfig(threads=t, vector=v) for t in (64, 128, 256, 512, 1024) for v in (False, True)]),
 )
 
 
@@ -394,12 +394,16 @@ class GpuCase:
             x = cp.asarray(host.view(np.uint16))
         return x.view(cp.float16) if self.dtype == "float16" else x
 
-    def tma_obstacle(self, x) -> bool:
-        """Whether TMA cannot serve the call (the API must refuse an explicit QuantizeConfig)."""
+    def alignment_obstacle(self, x) -> bool:
+        """Whether x's rows are not 16-byte aligned (the API must refuse an explicit vector SimtConfig)."""
         if self.m == 0 or self.k == 0:
             return False
         row_stride = x.strides[0] if self.m > 1 else self.k * 2
-        return self.k % 32 != 0 or x.data.ptr % 16 != 0 or row_stride % 16 != 0
+        return x.data.ptr % 16 != 0 or row_stride % 16 != 0
+
+    def tma_obstacle(self, x) -> bool:
+        """Whether TMA cannot serve the call (the API must refuse an explicit QuantizeConfig)."""
+        return self.m > 0 and self.k > 0 and (self.k % 32 != 0 or self.alignment_obstacle(x))
 
 
 @st.composite
@@ -450,6 +454,10 @@ def check_gpu_case(case, cp, streams):
     cp.cuda.Device().synchronize()  # inputs are on the null stream; the call may use another
     if isinstance(case.config, QuantizeConfig) and case.tma_obstacle(x):
         with pytest.raises(ValueError, match="TMA cannot serve"):
+            fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)
+        return
+    if isinstance(case.config, SimtConfig) and case.config.vector and case.alignment_obstacle(x):
+        with pytest.raises(ValueError, match="16-byte loads cannot serve"):
             fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)
         return
     q, sf = fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)

@@ -21,7 +21,7 @@ import types
 import numpy as np
 import pytest
 
-from fp4q import api, arrays, driver, kernels, plans, tma
+from fp4q import api, arrays, driver, kernels, plans, tma, tuning
 from fp4q.config import ConfigError, QuantizeConfig, SimtConfig
 from fp4q.launch import LaunchTemplate
 from fp4q.layouts import swizzled_sf_shape
@@ -212,7 +212,19 @@ def gpu(monkeypatch):
         return checked_call(*args)
 
     monkeypatch.setattr(api, "_checked_call", counting)
-    return fake
+    # These small fake shapes would pick the vector kernel; the tests below are about
+    # the TMA kernel unless they say otherwise (vector_kernel_for_small_inputs).
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch: 0)
+    tuning.choose_config.cache_clear()
+    yield fake
+    tuning.choose_config.cache_clear()
+
+
+@pytest.fixture
+def vector_kernel_for_small_inputs(gpu, monkeypatch):
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch: tuning.VECTOR_MAX_ELEMENTS)
+    tuning.choose_config.cache_clear()
+    return gpu
 
 
 # ------------------------------------------------------------------------------------ the pre-plan argument lists
@@ -240,10 +252,12 @@ def legacy_args(cfg, view, q, sf, scale):
         maps = [("map", in_spec), ("map", q_spec), ("map", sf_spec)]
     else:
         groups = cols // 16
-        if cfg.sf_layout == "swizzled":
-            total = math.ceil(rows / 128) * 128 * math.ceil(groups / 4) * 4
+        padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
+        padded_groups = math.ceil(groups / 4) * 4 if cfg.sf_layout == "swizzled" else groups
+        if cfg.vector:  # two threads per group of 16; padding rows' scales one word (4 groups) per thread
+            total = max(rows * padded_groups * 2, (padded_rows - rows) * padded_groups // 4)
         else:
-            total = rows * groups
+            total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
         scalars = [ctypes.c_void_p(x_ptr), ctypes.c_int64(row_stride), ctypes.c_void_p(q.data.ptr),
                    ctypes.c_void_p(sf.data.ptr), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols)]
@@ -315,6 +329,28 @@ def test_simt_planned_calls(gpu):
             q, sf, launch = call(gpu, x, 3.0, sf_layout=sf_layout)
             check_launch(launch, SimtConfig, x, q, sf, 3.0, 0, True)
     assert gpu.checked == 2
+
+
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("m, k", [(16, 4096), (129, 2176), (1, 64), (33, 80)])
+def test_small_inputs_launch_the_vector_kernel(vector_kernel_for_small_inputs, sf_layout, m, k):
+    gpu = vector_kernel_for_small_inputs
+    cp = gpu.cupy
+    x = cp.array((m, k))
+    for _ in range(2):
+        q, sf, launch = call(gpu, x, 0.5, sf_layout=sf_layout)
+        assert launch["config"].vector and launch["config"].threads == tuning.VECTOR_THREADS
+        check_launch(launch, SimtConfig, x, q, sf, 0.5, 0, True)
+    assert gpu.checked == 1
+
+
+def test_misaligned_small_inputs_launch_the_plain_simt_kernel(vector_kernel_for_small_inputs):
+    gpu = vector_kernel_for_small_inputs
+    cp = gpu.cupy
+    x = cp.array((16, 4096), offset=2)
+    q, sf, launch = call(gpu, x, 0.5)
+    assert not launch["config"].vector
+    check_launch(launch, SimtConfig, x, q, sf, 0.5, 0, True)
 
 
 def test_strided_and_batched_inputs(gpu):

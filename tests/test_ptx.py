@@ -28,6 +28,7 @@ MNEMONICS = {
     "cvt_f32_f16": "cvt.f32.f16",
     "cvt_rn_bf16x2_f32": "cvt.rn.bf16x2.f32",
     "redux_sync_max_u32": "redux.sync.max.u32",
+    "shfl_sync_bfly_b32": "shfl.sync.bfly.b32",
     "cvt_rn_satfinite_e2m1x2_f32": "cvt.rn.satfinite.e2m1x2.f32",
     "mbarrier_init": "mbarrier.init",
     "fence_mbarrier_init": "fence.mbarrier_init",
@@ -55,6 +56,7 @@ MNEMONICS = {
     "ld_global_f32": "ld.global.f32",
     "ld_global_nc_v4": "ld.global.nc.v4",
     "st_global_v4": "st.global.v4",
+    "st_global_u32": "st.global.u32",
 }
 # helpers that wrap no PTX instruction of their own
 HELPERS = {"f32_bits", "f32_from_bits", "smem_addr", "mbarrier_wait_parity"}
@@ -85,6 +87,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= max_f16x2(h2, bits);
     bits ^= cvt_rn_bf16x2_f32(a, r);
     bits ^= redux_sync_max_u32(bits);
+    r = add_rn(r, shfl_sync_bfly_b32(r, 1));
     u32 g0, g1, g2, g3;
     ld_global_nc_v4(x + 4 * threadIdx.x, g0, g1, g2, g3);
     bits ^= g0 ^ g1 ^ g2 ^ g3;
@@ -132,6 +135,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     y[threadIdx.x] = r;
     z[threadIdx.x + 1] = bits ^ p0 ^ p1 ^ p2 ^ p3;
     st_global_v4(y + 4 * threadIdx.x, p0, p1, p2, p3);
+    st_global_u32(z + 300 + threadIdx.x, p0);
 }
 """
 

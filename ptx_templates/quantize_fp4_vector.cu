@@ -1,0 +1,69 @@
+// FP4 quantization with plain 16-byte loads and no shared memory: the
+// kernel for small inputs, where the TMA kernel's pipeline never fills and
+// its fixed latency (barrier setup, descriptor fetch, load, store) shows,
+// and for rows the TMA store cannot address (K not a multiple of 32).
+// Each thread quantizes 8 consecutive elements; the SF_VEC / 8 threads of a
+// group sit in adjacent lanes and agree on its amax through butterfly
+// shuffles. Needs x rows and the outputs 16-byte aligned. Same numerics
+// header as the other kernels, so the same bits.
+#include "fp4_math.cuh"
+#include "sf_layout.cuh"
+
+constexpr int THREADS_PER_GROUP = SF_VEC / 8;
+
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
+fp4q_quantize_fp4_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
+                         u8* __restrict__ sf, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr,
+                         i32 rows, i32 cols) {
+    griddepcontrol_wait();
+    griddepcontrol_launch_dependents();
+    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
+    const float rcp_tensor_sf = rcp_rn(tensor_sf);
+    const int groups = cols / SF_VEC;
+#if FP4Q_SF_SWIZZLED
+    // Groups up to a multiple of 4, so that the padding scales of each row are written too.
+    const int domain_groups = (groups + 3) / 4 * 4;
+#else
+    const int domain_groups = groups;
+#endif
+    const i64 per_row = static_cast<i64>(domain_groups) * THREADS_PER_GROUP;
+    const i64 total = rows * per_row;
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+    const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    // The trip count is the same for every lane of a warp (the loop runs on
+    // the warp's first index), so that every lane takes part in each shuffle.
+    for (i64 base = first & ~static_cast<i64>(31); base < total; base += stride) {
+        const i64 idx = base + (threadIdx.x & 31);
+        const i64 m = idx / per_row;
+        const int chunk = static_cast<int>(idx % per_row);  // 8-element chunk of the row
+        const int j = chunk / THREADS_PER_GROUP;
+        const bool live = idx < total && j < groups;
+        u32 w[4] = {0u, 0u, 0u, 0u};
+        if (live) ld_global_nc_v4(x + m * x_row_stride + chunk * 8, w[0], w[1], w[2], w[3]);
+        float amax = amax_packed(w);
+#pragma unroll
+        for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
+            amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
+        }
+        float inv;
+        const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tensor_sf, rcp_tensor_sf, inv);
+        if (live) {
+            st_global_u32(q + m * (cols / 2) + chunk * 4, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
+        }
+        if (idx < total && chunk % THREADS_PER_GROUP == 0) {
+            sf[sf_index(m, j, groups)] = static_cast<u8>(live ? sf_byte : 0u);
+        }
+    }
+#if FP4Q_SF_SWIZZLED
+    // Rows from `rows` up to the next multiple of 128 hold zero scales: four
+    // groups of one row are one aligned word of the swizzled layout.
+    const i64 padded_rows = (static_cast<i64>(rows) + 127) / 128 * 128;
+    const int words_per_row = domain_groups / 4;
+    const i64 pad_words = (padded_rows - rows) * words_per_row;
+    for (i64 i = first; i < pad_words; i += stride) {
+        const i64 m = rows + i / words_per_row;
+        const int j = static_cast<int>(i % words_per_row) * 4;
+        st_global_u32(sf + sf_index(m, j, groups), 0u);
+    }
+#endif
+}
