@@ -1,0 +1,114 @@
+"""fp4q.tuning: shape classes, the shipped table, the small-input rule and
+the crossover the sweep writes into the table."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+from fp4q import tuning
+from fp4q.config import QuantizeConfig, SimtConfig, default_config, default_mx_config
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import sweep  # noqa: E402
+
+
+@pytest.fixture
+def table_file(tmp_path, monkeypatch):
+    """Point the sm_90a table at a temporary file; returns a writer."""
+    path = tmp_path / "tuned_sm_90a.json"
+    monkeypatch.setattr(tuning, "table_path", lambda arch: path)
+
+    def write(content: dict) -> None:
+        path.write_text(json.dumps(content))
+        tuning._table_json.cache_clear()
+        tuning.tuned_table.cache_clear()
+        tuning.choose_config.cache_clear()
+
+    yield write
+    tuning._table_json.cache_clear()
+    tuning.tuned_table.cache_clear()
+    tuning.choose_config.cache_clear()
+
+
+@pytest.mark.parametrize("m, k, cls", [(1, 16, "m<=16,k<=2048"), (16, 2048, "m<=16,k<=2048"),
+                                       (17, 2049, "m<=128,k<=4096"), (4097, 8193, "m>4096,k>8192")])
+def test_shape_class(m, k, cls):
+    assert tuning.shape_class(m, k) == cls
+
+
+def test_shipped_table_records_where_it_was_measured():
+    table = json.loads(tuning.table_path("sm_90a").read_text())
+    assert {"device", "driver", "date", "entries", "vector_max_elements"} <= set(table)
+    assert all(isinstance(cfg, QuantizeConfig) for cfg in tuning.tuned_table("sm_90a").values())
+
+
+@pytest.mark.parametrize("sf_vec_size", [16, 32])
+@pytest.mark.parametrize("m, k", [(1, 16), (16, 4096), (128, 8192), (1000, 2048)])
+def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
+    assert m * k < tuning.vector_max_elements("sm_90a")
+    cfg = tuning.choose_config(m, k, "sm_90a", sf_vec_size)
+    assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size)
+
+
+@pytest.mark.parametrize("m, k", [(8192, 8192), (1024, 4096), (128, 16384)])
+def test_large_inputs_choose_the_table_or_default(m, k):
+    cfg = tuning.choose_config(m, k, "sm_90a")
+    assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config(m, k))
+    assert tuning.choose_config(m, k, "sm_90a", 32) == default_mx_config()
+
+
+def test_arch_without_a_table_uses_the_default_rule():
+    assert tuning.vector_max_elements("sm_100a") == tuning.VECTOR_MAX_ELEMENTS
+    assert tuning.choose_config(16, 4096, "sm_100a").vector
+    assert tuning.choose_config(8192, 8192, "sm_100a") == default_config(8192, 8192, "sm_100a")
+
+
+def test_table_crossover_is_used(table_file):
+    table_file({"vector_max_elements": 4096, "entries": {}})
+    assert tuning.choose_config(1, 4080, "sm_90a").vector
+    assert isinstance(tuning.choose_config(1, 4096, "sm_90a"), QuantizeConfig)
+
+
+@pytest.mark.parametrize("value", [0, -5, "big", None, 1.5])
+def test_unusable_crossover_falls_back_to_the_default(table_file, value):
+    table_file({"vector_max_elements": value, "entries": {}})
+    assert tuning.vector_max_elements("sm_90a") == tuning.VECTOR_MAX_ELEMENTS
+
+
+def test_entries_this_version_cannot_build_are_skipped(table_file):
+    good = {"tile_k": 64, "output_box_k": 32, "output_swizzle": 32, "num_stages": 2, "consumer_warpgroups": 1}
+    table_file({"entries": {"m<=16,k<=2048": {"config": {"tile_k": 1000}},
+                            "m<=128,k<=2048": {"config": {"unknown_field": 1}},
+                            "m<=1024,k<=2048": {"config": {"input_swizzle": 3}},
+                            "m>4096,k>8192": {"config": good}}})
+    assert set(tuning.tuned_table("sm_90a")) == {"m>4096,k>8192"}
+
+
+# --- the crossover the sweep writes -----------------------------------------------------------------------------
+CONFIGS = {"tma": QuantizeConfig(), "vec": SimtConfig(vector=True)}
+
+
+def _row(config, m, k, us, bit_exact=True, pdl=True):
+    return dict(config=config, m=m, k=k, median_us=us, bit_exact=bit_exact, pdl=pdl)
+
+
+def test_crossover_is_the_smallest_shape_where_tma_won():
+    rows = [_row("tma", 1, 4096, 6.0), _row("vec", 1, 4096, 5.0),
+            _row("tma", 512, 4096, 8.0), _row("vec", 512, 4096, 9.0),
+            _row("tma", 1024, 4096, 9.0), _row("vec", 1024, 4096, 12.0),
+            _row("tma", 256, 4096, 8.0), _row("vec", 256, 4096, 7.0)]
+    assert sweep.vector_crossover(rows, CONFIGS) == 512 * 4096
+
+
+def test_crossover_ignores_inexact_and_pdl_off_results():
+    rows = [_row("tma", 16, 4096, 1.0, bit_exact=False), _row("tma", 16, 4096, 1.0, pdl=False),
+            _row("tma", 16, 4096, 9.0), _row("vec", 16, 4096, 5.0)]
+    assert sweep.vector_crossover(rows, CONFIGS) == 16 * 4096 + 1
+
+
+def test_no_crossover_without_both_kinds():
+    assert sweep.vector_crossover([_row("tma", 16, 4096, 1.0)], CONFIGS) is None
