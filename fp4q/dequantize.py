@@ -130,6 +130,12 @@ def output(out, dtype: str, view: CodesView, sf):
     return out
 
 
+# Outputs of fewer elements than this take the plain kernel when no config is
+# given: on the H200 it beat every shipped TMA config by 0.7 to 1.5 us up to
+# 2**19 elements, and lost from 2**20 on (docs/sweep_h200_dequantize*.csv).
+SIMT_MAX_ELEMENTS = 1 << 20
+
+
 def _tma_obstacle(view: CodesView, out) -> str | None:
     """Why the TMA kernel cannot serve this call, or None when it can."""
     if view.cols % 32:
@@ -155,7 +161,7 @@ def _resolve_config(config, view: CodesView, out, call: dict):
         if obstacle is not None:
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
-    if obstacle is not None:
+    if obstacle is not None or view.rows * view.cols < SIMT_MAX_ELEMENTS:
         return DequantizeSimtConfig(**call)
     return DequantizeConfig(**call)
 
