@@ -22,6 +22,9 @@ reference (the spec) on sampled rows. Then, per shape:
                   without pdl=True on the quantize launches
   CUDA graph      K quantize calls with a device tensor_sf captured through
                   cupy stream capture and replayed; bytes checked
+  formats         fp4q's MXFP4 quantizer and its NVFP4 and MXFP4 dequantizers
+                  (default configs), each next to a copy of its own bytes and
+                  checked against the reference on sampled rows
 
 and once: host overhead per call (warm caches), the first call in a new
 process with a warm disk cache, and a corner-case bit-exactness check of
@@ -647,6 +650,36 @@ def bench_graph(env, case: Case) -> dict:
 
 
 # ---------------------------------------------------------------- host side
+FORMAT_OPS = (("mxfp4", "quantize_mxfp4 (rceil)"), ("dequantize", "dequantize_nvfp4 -> bf16"),
+              ("dequantize_mx", "dequantize_mxfp4 -> bf16"))
+
+
+def bench_formats(env, case: Case) -> list[dict]:
+    """fp4q's other kernels (default configs) on this shape, each next to a copy of its own bytes."""
+    import sweep_ops
+
+    out = []
+    for name, label in FORMAT_OPS:
+        op = sweep_ops.make(name)
+        rng = np.random.default_rng(3)
+        try:
+            op.prepare(case.m, case.k, rng)
+            op.run(None, True)
+            exact = "yes" if op.check(rng) else "no"
+            if exact == "no":
+                env.problems.append(f"{case.m}x{case.k}: {label} differs from the spec on sampled rows")
+            read, written = op.bytes(case.m, case.k)
+            copy = env.timing.time_fn(env.timing.copy_fn_bytes(read, written), warmup=env.args.warmup,
+                                      reps=env.args.reps)
+            t = env.timing.time_fn(lambda: op.run(None, True), warmup=env.args.warmup, reps=env.args.reps)
+            out.append(dict(kernel=label, copy_us=copy.median_us, median_us=t.median_us, min_us=t.min_us,
+                            moved=read + written, exact=exact))
+        except Exception as exc:  # noqa: BLE001
+            out.append(dict(kernel=label, status=env.fail(f"{case.m}x{case.k} {label}", exc)))
+        op = None
+    return out
+
+
 def bench_host(env) -> list[dict]:
     """Python microseconds per call with warm caches, on a small (host-bound) shape."""
     cp, fp4q, timing = env.cp, env.fp4q, env.timing
@@ -990,6 +1023,25 @@ def markdown(meta: dict, shapes: list[dict], host: list[dict], first: list[dict]
             out.append(f"| {s['shape']} | {c['pdl_off_us']:.1f} | {c['pdl_on_us']:.1f} | "
                        f"{c['saved_us_per_pdl_launch']:.2f} | {c['saved_pct']:.1f} | {ok}{hb} |")
         out.append("")
+    formats = [s for s in shapes if s.get("formats")]
+    if formats:
+        out += ["## MXFP4 quantization and dequantization", "",
+                "fp4q's default config for each call, swizzled scales, PDL on; each row has its own device copy of "
+                "the bytes that kernel reads and writes (MXFP4 writes 1/32 byte of scale per element, NVFP4 1/16; "
+                "dequantization reads the codes and scales and writes bf16). `bit-exact`: sampled rows against "
+                "the numpy reference.", "",
+                "| shape | kernel | copy us | median us | min us | x copy | % copy BW | GB/s | bit-exact |",
+                "|---|---|---:|---:|---:|---:|---:|---:|:---:|"]
+        for s in formats:
+            for r in s["formats"]:
+                if "status" in r:
+                    out.append(f"| {s['shape']} | {r['kernel']} | — | — | — | — | — | — | {r['status']} |")
+                    continue
+                out.append(f"| {s['shape']} | {r['kernel']} | {r['copy_us']:.2f} | {r['median_us']:.2f} | "
+                           f"{r['min_us']:.2f} | {r['median_us'] / r['copy_us']:.2f} | "
+                           f"{100 * r['copy_us'] / r['median_us']:.1f} | {r['moved'] / r['median_us'] / 1e3:.0f} | "
+                           f"{r['exact']} |")
+        out.append("")
     graphs = [s for s in shapes if s.get("graph")]
     if graphs:
         out += ["## CUDA graph", "",
@@ -1069,7 +1121,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-SECTIONS = ("eager", "compile", "triton", "torchao", "chain", "graph", "host", "first-call", "corner")
+SECTIONS = ("eager", "compile", "triton", "torchao", "chain", "graph", "formats", "host", "first-call", "corner")
 
 
 def parse_args(argv=None):
@@ -1186,7 +1238,8 @@ def bench_shape(env, m: int, k: int) -> dict:
     rows = [rows[0]] + rows[3:] + rows[1:3]
     result = dict(shape=f"{m}x{k}", m=m, k=k, tensor_sf=case.tsf, moved=case.moved, copy_us=case.copy_us,
                   rows=[asdict(r) for r in rows])
-    for key, section, fn in (("chain", "chain", bench_pdl_chain), ("graph", "graph", bench_graph)):
+    for key, section, fn in (("chain", "chain", bench_pdl_chain), ("graph", "graph", bench_graph),
+                             ("formats", "formats", bench_formats)):
         if section in args.skip:
             continue
         try:

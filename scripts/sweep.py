@@ -1,4 +1,6 @@
-"""Parameter sweep of the NVFP4 quantization kernel.
+"""Parameter sweep of the fp4q kernels: NVFP4 quantization (the default),
+MXFP4 quantization (``--op mxfp4``), or NVFP4 / MXFP4 dequantization to
+bf16 (``--op dequantize`` / ``dequantize_mx``).
 
 With a GPU: enumerates valid configs over a shape list, checks each result
 bit-exact against the numpy reference on a sample of rows, times it with
@@ -33,7 +35,7 @@ from fp4q.cache import BinaryCache  # noqa: E402
 from fp4q.codegen import render  # noqa: E402
 from fp4q.compiler import compile_source  # noqa: E402
 from fp4q.config import ConfigError, QuantizeConfig, SimtConfig, Swizzle  # noqa: E402
-from fp4q.variants import SHIPPED, all_variants  # noqa: E402
+from fp4q.variants import SHIPPED, SIMT, all_variants  # noqa: E402
 
 DEFAULT_M = (1, 16, 128, 1024, 4096, 8192, 16384)
 DEFAULT_K = (2048, 4096, 7168, 8192, 16384)
@@ -65,10 +67,12 @@ def _inputs_for(tile_k: int, swizzle: Swizzle) -> dict:
     return dict(input_box_k=swizzle.value // 2, input_swizzle=swizzle)
 
 
-def config_space(name: str) -> dict[str, QuantizeConfig]:
-    """Named valid configs of a search space ('shipped', 'small' or 'full')."""
+def config_space(name: str) -> dict[str, QuantizeConfig | SimtConfig]:
+    """Named valid configs of a search space ('shipped', 'small' or 'full'): TMA
+    configs and the vector SIMT kernel (the small-input candidate)."""
+    vector = {n: c for n, c in SIMT.items() if c.vector and c.sf_vec_size == 16}
     if name == "shipped":
-        return dict(SHIPPED)
+        return {**SHIPPED, **vector}
     if name == "small":
         axes = dict(tile_m=(128,), tile_k=(64, 128, 192, 256), swizzle=(Swizzle.B128, Swizzle.B64),
                     stages=(2, 3, 4, 6), wg=(1, 2, 3), ctas=(1, 2, 3, 4), persistent=(True,), out_buffers=(2, 3))
@@ -86,6 +90,8 @@ def config_space(name: str) -> dict[str, QuantizeConfig]:
             continue
         name_ = (f"m{tm}_k{tk}_in{int(sw)}_s{st}_wg{wg}_c{ctas}_ob{ob}" + ("" if pers else "_tpc"))
         out[name_] = cfg
+    for threads in (64, 128, 256, 512):
+        out[f"vec_{threads}"] = SimtConfig(threads=threads, vector=True)
     return out
 
 
@@ -149,36 +155,25 @@ def _write(out_dir: str, stem: str, rows: list[dict]) -> None:
 
 
 # ------------------------------------------------------------------ GPU sweep
-def _sample_check(cp, fp4q, reference, x_host, x, tensor_sf, q, sf, rng) -> bool:
-    m, k = x_host.shape
-    rows = set(rng.choice(m, size=min(m, 48), replace=False).tolist()) | {0, m - 1}
-    rows |= set(range(max(0, m - m % 128), m)) if m % 128 else set()
-    rows = sorted(rows)[:200]
-    q_ref, sf_ref = reference.quantize_nvfp4(x_host[rows], tensor_sf, sf_layout="linear")
-    q_got = cp.asnumpy(q[cp.asarray(rows)])
-    sf_lin = fp4q.unswizzle_sf(cp.asnumpy(sf), m, k // 16)
-    return bool((q_got == q_ref).all() and (sf_lin[rows] == sf_ref).all())
-
-
 def gpu_sweep(args) -> list[dict]:
     import cupy as cp
     import numpy as np
 
-    import fp4q
-    from fp4q import reference
+    import sweep_ops
     from fp4q.driver import device as device_info
     from fp4q.driver import driver_version
-    from timing import copy_bytes, copy_fn, time_fn
+    from timing import copy_fn_bytes, time_fn
 
     dev = device_info(cp.cuda.Device().id)
-    configs = {name: cfg.replace(arch=dev.arch) for name, cfg in config_space(args.space).items()}
+    op = sweep_ops.make(args.op)
+    configs = {name: cfg.replace(arch=dev.arch) for name, cfg in op.configs(config_space(args.space)).items()}
     if args.configs:
         wanted = set(args.configs.split(","))
         configs = {n: c for n, c in configs.items() if n in wanted}
     pdls = (True, False) if args.pdl == "both" else ((args.pdl == "on"),)
     cache_dir = os.environ.get("FP4Q_CACHE_DIR") or str(BinaryCache().directory)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        list(_progress(pool.map(_compile_one, [(c, cache_dir) for c in configs.values()]),
+        list(_progress(pool.map(_compile_one, [(c, cache_dir) for c in _compiled_forms(configs, args.op)]),
                        len(configs), "compile"))
     shapes = list(itertools.product(args.m, args.k))
     rng = np.random.default_rng(0)
@@ -186,30 +181,25 @@ def gpu_sweep(args) -> list[dict]:
     bar = _progress(range(len(shapes) * len(configs) * len(pdls)), len(shapes) * len(configs) * len(pdls), "sweep")
     it = iter(bar)
     for m, k in shapes:
-        x_host = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
-        x = cp.asarray(x_host)
-        tensor_sf = float(reference.global_scale(x_host[: min(m, 256)]))
-        q = cp.empty((m, k // 2), cp.uint8)
-        sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
-        copy = time_fn(copy_fn(m, k), reps=args.reps)
-        moved = sum(copy_bytes(m, k))
+        op.prepare(m, k, rng)
+        read, written = op.bytes(m, k)
+        copy = time_fn(copy_fn_bytes(read, written), reps=args.reps)
+        moved = read + written
         for (name, cfg), pdl in itertools.product(configs.items(), pdls):
             next(it, None)
-            q.fill(0xFF)
-            sf.fill(0xFF)
-            fp4q.quantize_nvfp4(x, tensor_sf, out=q, sf_out=sf, config=cfg, pdl=pdl)
-            ok = _sample_check(cp, fp4q, reference, x_host, x, tensor_sf, q, sf, rng)
-            t = time_fn(lambda: fp4q.quantize_nvfp4(x, tensor_sf, out=q, sf_out=sf, config=cfg, pdl=pdl),
-                        reps=args.reps)
-            rows.append(dict(config=name, m=m, k=k, pdl=pdl, bit_exact=ok, median_us=round(t.median_us, 3),
-                             min_us=round(t.min_us, 3), gbps=round(moved / t.median_us / 1e3, 1),
-                             copy_us=round(copy.median_us, 3), pct_of_copy=round(100 * copy.median_us / t.median_us, 1),
-                             bytes=moved, **{f"cfg_{f}": str(getattr(cfg, f)) for f in (
+            op.run(cfg, pdl)
+            ok = op.check(rng)
+            t = time_fn(lambda: op.run(cfg, pdl), reps=args.reps)
+            rows.append(dict(op=args.op, config=name, m=m, k=k, pdl=pdl, bit_exact=ok,
+                             median_us=round(t.median_us, 3), min_us=round(t.min_us, 3),
+                             gbps=round(moved / t.median_us / 1e3, 1), copy_us=round(copy.median_us, 3),
+                             pct_of_copy=round(100 * copy.median_us / t.median_us, 1), bytes=moved,
+                             **{f"cfg_{f}": str(getattr(cfg, f, "")) for f in (
                                  "tile_m", "tile_k", "input_swizzle", "num_stages", "consumer_warpgroups",
-                                 "min_ctas_per_sm", "persistent", "out_buffers")}))
-        del x, q, sf
+                                 "min_ctas_per_sm", "persistent", "out_buffers", "threads", "vector")}))
+        cp.get_default_memory_pool().free_all_blocks()
     meta = dict(device=dev.name, arch=dev.arch, driver=".".join(map(str, driver_version())),
-                date=time.strftime("%Y-%m-%d"), space=args.space, reps=args.reps)
+                date=time.strftime("%Y-%m-%d"), space=args.space, reps=args.reps, op=args.op)
     _write(args.out, "sweep", rows)
     with open(os.path.join(args.out, "sweep_meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -222,6 +212,14 @@ def gpu_sweep(args) -> list[dict]:
     if bad:
         print(f"{len(bad)} results were NOT bit-exact: {sorted({r['config'] for r in bad})}")
     return rows
+
+
+def _compiled_forms(configs: dict, op: str) -> list:
+    """The configs as the calls will build them (MXFP4 and dequantize take the call's format fields)."""
+    if op.startswith("dequantize"):
+        fmt, mode = ("mxfp4", "none") if op == "dequantize_mx" else ("nvfp4", "value")
+        return [c.replace(fmt=fmt, out_dtype="bfloat16", tensor_sf_mode=mode) for c in configs.values()]
+    return list(configs.values())
 
 
 def _summary(rows: list[dict]) -> None:
@@ -254,11 +252,28 @@ def _plot(rows: list[dict], path: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("bytes moved (read + write)")
     ax.set_ylabel("GB/s")
-    ax.set_title("NVFP4 quantization bandwidth vs a same-bytes copy")
+    ax.set_title(f"{rows[0]['op']} bandwidth vs a same-bytes copy" if rows else "bandwidth vs a same-bytes copy")
     if len(by_cfg) <= 20:
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def vector_crossover(rows, configs) -> int | None:
+    """The fewest elements (M*K) at which the best TMA config beat the best vector-kernel
+    config, over the measured shapes; None if the two kinds were never both measured."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if not (r["bit_exact"] and r["pdl"]):
+            continue
+        kind = "vector" if isinstance(configs[r["config"]], SimtConfig) else "tma"
+        shape = best.setdefault((r["m"], r["k"]), {})
+        shape[kind] = min(shape.get(kind, math.inf), r["median_us"])
+    both = {mk: b for mk, b in best.items() if len(b) == 2}
+    if not both:
+        return None
+    tma_wins = [m * k for (m, k), b in both.items() if b["tma"] < b["vector"]]
+    return min(tma_wins) if tma_wins else max(m * k for m, k in both) + 1
 
 
 def _write_tuned(rows, configs, meta, path: str) -> None:
@@ -266,12 +281,16 @@ def _write_tuned(rows, configs, meta, path: str) -> None:
 
     best: dict[str, dict] = {}
     for r in rows:
-        if not (r["bit_exact"] and r["pdl"]):
+        # Class entries are TMA configs; the vector kernel has its own rule (the crossover below).
+        if not (r["bit_exact"] and r["pdl"]) or isinstance(configs[r["config"]], SimtConfig):
             continue
         cls = shape_class(r["m"], r["k"])
         score = r["median_us"] / r["copy_us"]
         if cls not in best or score < best[cls]["score"]:
             best[cls] = dict(score=score, config=r["config"], m=r["m"], k=r["k"], pct_of_copy=r["pct_of_copy"])
+    crossover = vector_crossover(rows, configs)
+    if crossover is not None:
+        meta = dict(meta, vector_max_elements=crossover)
     table = dict(meta, entries={
         cls: dict(measured_on=f"{b['m']}x{b['k']}", pct_of_copy=b["pct_of_copy"],
                   config={f: (int(v) if isinstance(v, Swizzle) else v) for f, v in
@@ -296,6 +315,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
     parser.add_argument("--out", default="sweep-results")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--op", choices=("nvfp4", "mxfp4", "dequantize", "dequantize_mx"), default="nvfp4",
+                        help="what to sweep: quantize_nvfp4 (default), quantize_mxfp4, or dequantize_nvfp4 / "
+                             "dequantize_mxfp4 to bf16")
     parser.add_argument("--write-tuned", default=None, help="write the best config per shape class to this JSON")
     parser.add_argument("--cpu", action="store_true", help="compile table only, even if a GPU is present")
     args = parser.parse_args(argv)
@@ -303,6 +325,8 @@ def main(argv=None) -> int:
     args.k = args.k or (QUICK_K if args.quick else DEFAULT_K)
     args.space = args.space or ("shipped" if args.quick else "small")
     args.reps = args.reps or (20 if args.quick else 50)
+    if args.write_tuned and args.op != "nvfp4":
+        parser.error("--write-tuned: the tuned table holds quantize_nvfp4 configs; sweep with --op nvfp4")
     available, reason = gpu_status()
     if args.cpu or not available:
         if not available:

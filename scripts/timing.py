@@ -95,11 +95,15 @@ def copy_bytes(m: int, k: int) -> tuple[int, int]:
 
 
 def copy_fn(m: int, k: int):
-    """A device-to-device copy moving as many bytes (read + written) as the quantizer.
+    """A device-to-device copy moving as many bytes (read + written) as the quantizer."""
+    return copy_fn_bytes(*copy_bytes(m, k))
+
+
+def copy_fn_bytes(read: int, write: int):
+    """A device-to-device copy moving ``read + write`` bytes.
 
     A memcpy of N bytes reads N and writes N, so N = (read + write) / 2.
     """
-    read, write = copy_bytes(m, k)
     total = max(16, (read + write) // 2)
     src = cp.ones(total, dtype=cp.uint8)
     dst = cp.empty(total, dtype=cp.uint8)

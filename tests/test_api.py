@@ -3,6 +3,10 @@ argument validation (which needs a GPU for device arrays)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -153,19 +157,32 @@ def test_pdl_chain_of_dependent_kernels():
 
 @gpu
 def test_torch_bf16_input_zero_copy():
-    torch = pytest.importorskip("torch")
-    cp = _cp()
-    import fp4q
+    """A torch bf16 CUDA tensor goes in without a copy and gives the reference's bytes.
 
-    rng = np.random.default_rng(17)
-    x = random_bf16((256, 1024), rng)
-    t = torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
-    q, sf = fp4q.quantize_nvfp4(t, 2.0)
-    cp.cuda.get_current_stream().synchronize()
-    torch.cuda.synchronize()
-    q_ref, sf_ref = reference.quantize_nvfp4(x, 2.0)
-    assert_bytes_equal(cp.asnumpy(q), q_ref, "q")
-    assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
+    Runs in a fresh interpreter that imports fp4q first, as an application
+    would: torch 2.11's own import has failed inside long pytest processes on
+    our H200 (a schema parse error in torch/_library), which says nothing
+    about fp4q."""
+    pytest.importorskip("torch")
+    script = textwrap.dedent("""
+        import numpy as np
+        import cupy as cp
+        import fp4q
+        from fp4q import reference
+        import torch
+
+        bits = (np.random.default_rng(17).standard_normal((256, 1024), dtype=np.float32).view(np.uint32)
+                >> 16).astype(np.uint16)
+        t = torch.from_numpy(bits.view(np.int16)).cuda().view(torch.bfloat16)
+        assert fp4q.arrays.as_input(t).ptr == t.data_ptr(), "the tensor was copied"
+        q, sf = fp4q.quantize_nvfp4(t, 2.0)
+        cp.cuda.get_current_stream().synchronize()
+        q_ref, sf_ref = reference.quantize_nvfp4(bits, 2.0)
+        assert (cp.asnumpy(q) == q_ref).all() and (cp.asnumpy(sf) == sf_ref).all(), "bytes differ"
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 
 @gpu
