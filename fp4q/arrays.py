@@ -107,6 +107,18 @@ def _torch_bf16_bits(cupy, x, errors: list):
         return None
 
 
+def check_rows_flatten(name: str, shape: tuple, strides: tuple, row_stride_bytes: int) -> None:
+    """The leading dimensions must collapse into one row index with a single stride."""
+    expected = row_stride_bytes * shape[-2]
+    for dim in range(len(shape) - 3, -1, -1):
+        if shape[dim] > 1 and strides[dim] != expected:
+            raise ValueError(
+                f"the leading dimensions of {name} must flatten to rows with one stride; "
+                f"dimension {dim} has stride {strides[dim]} bytes, expected {expected}"
+            )
+        expected *= shape[dim]
+
+
 def as_input(x, name: str = "x", allowed=("bfloat16", "float16")) -> InputView:
     arr = _as_cupy(x, name)
     dtype = _INPUT_DTYPES.get(arr.dtype.name)
@@ -132,15 +144,7 @@ def as_input(x, name: str = "x", allowed=("bfloat16", "float16")) -> InputView:
     row_stride = strides[-2] // itemsize if shape[-2] > 1 else cols
     if strides[-2] % itemsize or (shape[-2] > 1 and row_stride < cols):
         raise ValueError(f"the rows of {name} must not overlap: row stride {strides[-2]} bytes for K={cols}")
-    # Leading dimensions must collapse into one row index with a single stride.
-    expected = row_stride * itemsize * shape[-2]
-    for dim in range(arr.ndim - 3, -1, -1):
-        if shape[dim] > 1 and strides[dim] != expected:
-            raise ValueError(
-                f"the leading dimensions of {name} must flatten to rows with one stride; "
-                f"dimension {dim} has stride {strides[dim]} bytes, expected {expected}"
-            )
-        expected *= shape[dim]
+    check_rows_flatten(name, shape, strides, row_stride * itemsize)
     return InputView(arr, shape[:-1], rows, cols, row_stride, dtype, arr.device.id)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import driver
-from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, stream_handle
+from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, check_rows_flatten, stream_handle
 from .config import SF_LAYOUTS, Swizzle
 from .dequantize_config import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from .kernels import get_kernel
@@ -74,14 +74,7 @@ def as_codes(q, fmt: str) -> CodesView:
     row_stride = strides[-2] if shape[-2] > 1 else width
     if shape[-2] > 1 and row_stride < width:
         raise ValueError(f"the rows of q must not overlap: row stride {strides[-2]} bytes for rows of {width} bytes")
-    expected = row_stride * shape[-2]
-    for dim in range(arr.ndim - 3, -1, -1):
-        if shape[dim] > 1 and strides[dim] != expected:
-            raise ValueError(
-                f"the leading dimensions of q must flatten to rows with one stride; "
-                f"dimension {dim} has stride {strides[dim]} bytes, expected {expected}"
-            )
-        expected *= shape[dim]
+    check_rows_flatten("q", shape, strides, row_stride)
     return CodesView(arr, shape[:-1], rows, cols, row_stride, arr.device.id)
 
 

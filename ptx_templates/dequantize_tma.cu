@@ -9,6 +9,7 @@
 // memory (a byte per unit, shared by the lanes of a group). The grid is
 // persistent when launched with fewer CTAs than tiles.
 #include "dequant_math.cuh"
+#include "tma_ring.cuh"
 
 constexpr int THREADS = 32 + CONSUMER_THREADS;
 constexpr int Q_ROW_BYTES = TILE_K / 2;
@@ -29,20 +30,8 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     extern __shared__ u8 smem_raw[];
     // TMA destinations need 128-byte alignment; the launch adds the slack.
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
-    u64* full = reinterpret_cast<u64*>(smem + OFF_BARRIERS);
-    u64* empty = full + NUM_STAGES;
-
-    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
-    const int num_tiles = ((rows + TILE_M - 1) / TILE_M) * tiles_k;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NUM_STAGES; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], CONSUMER_THREADS);
-        }
-        fence_mbarrier_init();
-    }
-    __syncthreads();
+    const Tiles tiles = tiles_of(rows, cols);
+    const Ring ring = ring_init(smem + OFF_BARRIERS);
 
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
@@ -50,15 +39,11 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
             // The codes may be written by the previous kernel.
             griddepcontrol_wait();
             int i = 0;
-            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
-                const int stage = i % NUM_STAGES;
-                const u32 round = i / NUM_STAGES;
-                mbarrier_wait_parity(&empty[stage], (round & 1) ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], STAGE_BYTES);
-                const int m0 = (tile / tiles_k) * TILE_M;
-                const int k0 = (tile % tiles_k) * TILE_K;
-                cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map, k0 / 2, m0,
-                                                         &full[stage]);
+            for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+                const int stage = ring_produce(ring, i, STAGE_BYTES);
+                cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map,
+                                                         tile_k0(tiles, tile) / 2, tile_m0(tiles, tile),
+                                                         &ring.full[stage]);
             }
             griddepcontrol_launch_dependents();
         }
@@ -73,14 +58,11 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     const int groups = cols / GROUP;
 
     int i = 0;
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
-        const int stage = i % NUM_STAGES;
-        const u32 round = i / NUM_STAGES;
-        const int m0 = (tile / tiles_k) * TILE_M;
-        const int k0 = (tile % tiles_k) * TILE_K;
+    for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+        const int m0 = tile_m0(tiles, tile);
+        const int k0 = tile_k0(tiles, tile);
+        const int stage = ring_consume(ring, i);
         const u8* tile_codes = smem + stage * STAGE_BYTES;
-
-        mbarrier_wait_parity(&full[stage], round & 1);
         u32 codes[ITEMS];
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
@@ -90,7 +72,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
             codes[it] = ld_shared_u32(tile_codes + (byte & ~3)) >> (8 * (byte & 3));
         }
         // The codes are in registers: the producer may refill the stage.
-        mbarrier_arrive(&empty[stage]);
+        ring_release(ring, stage);
 
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {

@@ -8,6 +8,7 @@
 // grid is persistent when launched with fewer CTAs than tiles, so the ring
 // runs across tiles. The constants before the #include come from the config.
 #include "fp4_math.cuh"
+#include "tma_ring.cuh"
 
 constexpr int THREADS = 128 + CONSUMER_THREADS;
 constexpr int CHUNKS_K = TILE_K / 64;
@@ -75,21 +76,9 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     extern __shared__ u8 smem_raw[];
     // TMA swizzling needs 1024-byte aligned buffers; the launch adds the slack.
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
-    u64* full = reinterpret_cast<u64*>(smem + OFF_BARRIERS);
-    u64* empty = full + NUM_STAGES;
-
     const int groups = cols / SF_VEC;
-    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
-    const int num_tiles = ((rows + TILE_M - 1) / TILE_M) * tiles_k;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NUM_STAGES; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], CONSUMER_THREADS);
-        }
-        fence_mbarrier_init();
-    }
-    __syncthreads();
+    const Tiles tiles = tiles_of(rows, cols);
+    const Ring ring = ring_init(smem + OFF_BARRIERS);
 
     if (threadIdx.x < 128) {
 #if FP4Q_SETMAXNREG
@@ -101,18 +90,15 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             // our input must be visible before the first load.
             griddepcontrol_wait();
             int i = 0;
-            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
-                const int stage = i % NUM_STAGES;
-                const u32 round = i / NUM_STAGES;
-                mbarrier_wait_parity(&empty[stage], (round & 1) ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], IN_STAGE_BYTES);
-                const int m0 = (tile / tiles_k) * TILE_M;
-                const int k0 = (tile % tiles_k) * TILE_K;
+            for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+                const int stage = ring_produce(ring, i, IN_STAGE_BYTES);
+                const int m0 = tile_m0(tiles, tile);
+                const int k0 = tile_k0(tiles, tile);
                 u8* dst = smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
                 for (int b = 0; b < IN_BOXES; ++b) {
                     cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &in_map,
-                                                             k0 + b * IN_BOX_K, m0, &full[stage]);
+                                                             k0 + b * IN_BOX_K, m0, &ring.full[stage]);
                 }
             }
             // All loads are issued: the next kernel may start its prologue.
@@ -137,18 +123,16 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     }
 
     int i = 0;
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++i) {
-        const int stage = i % NUM_STAGES;
-        const u32 round = i / NUM_STAGES;
-        const int m0 = (tile / tiles_k) * TILE_M;
-        const int k0 = (tile % tiles_k) * TILE_K;
-        const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
+    for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+        const int m0 = tile_m0(tiles, tile);
+        const int k0 = tile_k0(tiles, tile);
         u8* q_tile = smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
 #if FP4Q_SF_SWIZZLED
         u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;
 #endif
 
-        mbarrier_wait_parity(&full[stage], round & 1);
+        const int stage = ring_consume(ring, i);
+        const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int item = it * CONSUMER_THREADS + ctid;
@@ -182,8 +166,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             }
 #endif
         }
-        // Release the input stage; the arrive orders this thread's reads.
-        mbarrier_arrive(&empty[stage]);
+        ring_release(ring, stage);
         fence_proxy_async_shared_cta();
         if (ctid == 0) {
             // The output buffer written next iteration was last stored

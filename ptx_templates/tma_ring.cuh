@@ -1,0 +1,65 @@
+// The pipeline both TMA kernels run. A CTA walks tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ... in row-major order of (row block, K block);
+// its i-th tile goes through stage i % NUM_STAGES of a ring of shared-memory
+// buffers. Each stage has a "full" mbarrier (armed by the producer with the
+// stage's byte count, completed by the TMA loads) and an "empty" one (one
+// arrival from every consumer thread). The including kernel defines
+// NUM_STAGES, CONSUMER_THREADS, TILE_M and TILE_K.
+#pragma once
+#include "ptx.cuh"
+
+struct Ring {
+    u64* full;
+    u64* empty;
+};
+
+// Every thread of the CTA calls this: thread 0 initialises the barriers
+// at `barriers` (2 * NUM_STAGES words), and all wait for it.
+FP4Q_DEVICE Ring ring_init(u8* barriers) {
+    Ring ring{reinterpret_cast<u64*>(barriers), reinterpret_cast<u64*>(barriers) + NUM_STAGES};
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NUM_STAGES; ++s) {
+            mbarrier_init(&ring.full[s], 1);
+            mbarrier_init(&ring.empty[s], CONSUMER_THREADS);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    return ring;
+}
+
+// Producer: wait until the consumers have released the stage of tile i (the
+// first round passes at once), then arm its full barrier for `bytes`.
+FP4Q_DEVICE int ring_produce(const Ring& ring, int i, u32 bytes) {
+    const int stage = i % NUM_STAGES;
+    mbarrier_wait_parity(&ring.empty[stage], ((i / NUM_STAGES) & 1) ^ 1);
+    mbarrier_arrive_expect_tx(&ring.full[stage], bytes);
+    return stage;
+}
+
+// Consumer: wait until the loads of tile i have landed in its stage.
+FP4Q_DEVICE int ring_consume(const Ring& ring, int i) {
+    const int stage = i % NUM_STAGES;
+    mbarrier_wait_parity(&ring.full[stage], (i / NUM_STAGES) & 1);
+    return stage;
+}
+
+// Consumer: this thread has read what it needs from the stage; the arrive
+// orders those reads before the producer's refill.
+FP4Q_DEVICE void ring_release(const Ring& ring, int stage) {
+    mbarrier_arrive(&ring.empty[stage]);
+}
+
+// The tiles of a rows x cols problem.
+struct Tiles {
+    int per_row_block;  // tiles along K
+    int count;
+};
+
+FP4Q_DEVICE Tiles tiles_of(int rows, int cols) {
+    const int k = (cols + TILE_K - 1) / TILE_K;
+    return Tiles{k, ((rows + TILE_M - 1) / TILE_M) * k};
+}
+
+FP4Q_DEVICE int tile_m0(const Tiles& tiles, int tile) { return (tile / tiles.per_row_block) * TILE_M; }
+FP4Q_DEVICE int tile_k0(const Tiles& tiles, int tile) { return (tile % tiles.per_row_block) * TILE_K; }
