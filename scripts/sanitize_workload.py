@@ -1,7 +1,7 @@
 """A small workload for compute-sanitizer: every shipped quantize config
-(NVFP4 and MXFP4, TMA and the SIMT fallback) on ragged shapes, both scale
-layouts, both tensor_sf modes (NVFP4), each result checked against the
-reference.
+(NVFP4 and MXFP4; TMA, vector and plain kernels) on ragged shapes, both
+scale layouts, both tensor_sf modes (NVFP4), then every shipped dequantize
+config on both formats; each result checked against the reference.
 
 Outputs go into buffers pre-filled with 0xFF: a byte the kernel fails to
 write shows up as a mismatch, and initcheck (which does not see TMA stores
@@ -19,7 +19,7 @@ import numpy as np
 
 import fp4q
 from fp4q import reference
-from fp4q.variants import SHIPPED, SHIPPED_MX, SIMT
+from fp4q.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
 
 SHAPES = [(129, 2176), (5, 64), (300, 512)]
 SIMT_SHAPES = SHAPES + [(33, 80), (7, 16)]
@@ -62,9 +62,35 @@ def main() -> int:
                         failures += 1
                         print(f"MISMATCH {name} {m}x{k} {layout} device_sf={device_sf}", flush=True)
         print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
+    failures += dequantize_pass(rng, start)
     cp.cuda.Device().synchronize()
-    print(f"sanitize workload: {len(configs)} configs, {failures} mismatches", flush=True)
+    print(f"sanitize workload: {len(configs)} quantize and {len(DEQUANTIZE)} dequantize configs, "
+          f"{failures} mismatches", flush=True)
     return 1 if failures else 0
+
+
+def dequantize_pass(rng, start: float) -> int:
+    """Every shipped dequantize config, both formats, bf16 output into a 0xFF-filled buffer."""
+    failures = 0
+    for name, cfg in DEQUANTIZE.items():
+        for m, k in SHAPES:
+            bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            for fmt in ("nvfp4", "mxfp4"):
+                if fmt == "nvfp4":
+                    q, sf = fp4q.quantize_nvfp4(cp.asarray(bits), 0.75)
+                    y_ref = reference.dequantize_nvfp4(cp.asnumpy(q), cp.asnumpy(sf), 0.75, dtype="bfloat16")
+                    out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
+                    fp4q.dequantize_nvfp4(q, sf, 0.75, out=out, config=cfg)
+                else:
+                    q, sf = fp4q.quantize_mxfp4(cp.asarray(bits))
+                    y_ref = reference.dequantize_mxfp4(cp.asnumpy(q), cp.asnumpy(sf), dtype="bfloat16")
+                    out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
+                    fp4q.dequantize_mxfp4(q, sf, out=out, config=cfg)
+                if not np.array_equal(cp.asnumpy(out), y_ref.view(np.uint16)):
+                    failures += 1
+                    print(f"MISMATCH {name} {fmt} {m}x{k}", flush=True)
+        print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
+    return failures
 
 
 if __name__ == "__main__":
