@@ -161,9 +161,9 @@ def test_torch_bf16_input_zero_copy():
     """A torch bf16 CUDA tensor goes in without a copy and gives the reference's bytes.
 
     Runs in a fresh interpreter that imports fp4q first, as an application
-    would: torch 2.11's own import has failed inside long pytest processes on
-    our H200 (a schema parse error in torch/_library), which says nothing
-    about fp4q."""
+    would: torch 2.11's own import has failed inside our pytest processes on
+    the H200 (a schema parse error inside torch/_library), which a plain
+    interpreter that ran fp4q kernels first did not reproduce."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
     script = textwrap.dedent("""
