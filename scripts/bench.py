@@ -22,9 +22,10 @@ reference (the spec) on sampled rows. Then, per shape:
                   without pdl=True on the quantize launches
   CUDA graph      K quantize calls with a device tensor_sf captured through
                   cupy stream capture and replayed; bytes checked
-  formats         fp4q's MXFP4 quantizer and its NVFP4 and MXFP4 dequantizers
-                  (default configs), each next to a copy of its own bytes and
-                  checked against the reference on sampled rows
+  formats         fp4q's MXFP4 quantizer, its NVFP4 and MXFP4 dequantizers, and
+                  quantize_nvfp4(x, "dynamic") against global_scale + quantize
+                  as two calls (default configs), each next to a copy of its
+                  own bytes and checked against the reference on sampled rows
 
 and once: host overhead per call (warm caches), the first call in a new
 process with a warm disk cache, and a corner-case bit-exactness check of
@@ -651,7 +652,9 @@ def bench_graph(env, case: Case) -> dict:
 
 # ---------------------------------------------------------------- host side
 FORMAT_OPS = (("mxfp4", "quantize_mxfp4 (rceil)"), ("dequantize", "dequantize_nvfp4 -> bf16"),
-              ("dequantize_mx", "dequantize_mxfp4 -> bf16"))
+              ("dequantize_mx", "dequantize_mxfp4 -> bf16"),
+              ("nvfp4_dynamic", 'quantize_nvfp4(x, "dynamic"): amax + quantize, one call'),
+              ("nvfp4_two_calls", "global_scale(x), then quantize_nvfp4: two calls"))
 
 
 def bench_formats(env, case: Case) -> list[dict]:
@@ -1025,11 +1028,12 @@ def markdown(meta: dict, shapes: list[dict], host: list[dict], first: list[dict]
         out.append("")
     formats = [s for s in shapes if s.get("formats")]
     if formats:
-        out += ["## MXFP4 quantization and dequantization", "",
+        out += ["## MXFP4, dequantization and the dynamic global scale", "",
                 "fp4q's default config for each call, swizzled scales, PDL on; each row has its own device copy of "
                 "the bytes that kernel reads and writes (MXFP4 writes 1/32 byte of scale per element, NVFP4 1/16; "
-                "dequantization reads the codes and scales and writes bf16). `bit-exact`: sampled rows against "
-                "the numpy reference.", "",
+                "dequantization reads the codes and scales and writes bf16; the dynamic rows read x twice, once "
+                "for the amax and once to quantize). `bit-exact`: sampled rows against the numpy reference (and "
+                "for the dynamic rows, the scale against `reference.global_scale`).", "",
                 "| shape | kernel | copy us | median us | min us | x copy | % copy BW | GB/s | bit-exact |",
                 "|---|---|---:|---:|---:|---:|---:|---:|:---:|"]
         for s in formats:

@@ -127,8 +127,40 @@ class Dequantize:
         return bool((cp.asnumpy(self.y[cp.asarray(rows)]) == y_ref.view(np.uint16)).all())
 
 
+class QuantizeDynamic(QuantizeNvfp4):
+    """NVFP4 with the tensor scale computed on the device first (bench only: it has no configs to sweep).
+
+    ``chained=True`` is ``quantize_nvfp4(x, "dynamic")`` (the amax pass and the
+    quantize pass chained with PDL in one call); ``chained=False`` is the same
+    work as two calls, ``global_scale(x)`` then ``quantize_nvfp4(x, scale)``.
+    Both read x twice, which ``bytes`` counts."""
+
+    def __init__(self, chained: bool):
+        self.chained = chained
+        self.name = "nvfp4_dynamic" if chained else "nvfp4_two_calls"
+
+    def bytes(self, m, k):
+        read, written = super().bytes(m, k)
+        return 2 * read, written
+
+    def configs(self, space):
+        return {}
+
+    def run(self, cfg, pdl):
+        if self.chained:
+            self.scale = fp4q.quantize_nvfp4(self.x, "dynamic", out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)[2]
+        else:
+            self.scale = fp4q.global_scale(self.x, pdl=pdl)
+            fp4q.quantize_nvfp4(self.x, self.scale, out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)
+
+    def check(self, rng):
+        self.tsf = float(reference.global_scale(self.x_host))
+        return float(self.scale) == self.tsf and super().check(rng)
+
+
 def make(name: str):
     ops = {"nvfp4": QuantizeNvfp4, "mxfp4": QuantizeMxfp4, "dequantize": lambda: Dequantize("nvfp4"),
-           "dequantize_mx": lambda: Dequantize("mxfp4")}
+           "dequantize_mx": lambda: Dequantize("mxfp4"), "nvfp4_dynamic": lambda: QuantizeDynamic(True),
+           "nvfp4_two_calls": lambda: QuantizeDynamic(False)}
     return ops[name]()
 
