@@ -1,0 +1,46 @@
+"""scripts/bench.py and scripts/sweep_ops.py without a GPU: the bytes each
+measured operation is charged with, and how the report renders results."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import bench  # noqa: E402
+import sweep_ops  # noqa: E402
+
+META = dict(command="python3 scripts/bench.py", date="2026-12-03 09:06 UTC", device="NVIDIA H200", arch="sm_90a",
+            sm_count=132, driver="580", versions={"cupy": "14"}, commit="abc", reps=30, warmup=5,
+            shapes=["16x4096"], corner_tsf=[1.0], quick=False)
+
+
+@pytest.mark.parametrize("name, read, written", [
+    ("nvfp4", 2 * 16 * 4096, 16 * 4096 // 2 + 16 * 4096 // 16),
+    ("mxfp4", 2 * 16 * 4096, 16 * 4096 // 2 + 16 * 4096 // 32),
+    ("dequantize", 16 * 4096 // 2 + 16 * 4096 // 16, 2 * 16 * 4096),
+    ("dequantize_mx", 16 * 4096 // 2 + 16 * 4096 // 32, 2 * 16 * 4096),
+    ("nvfp4_dynamic", 4 * 16 * 4096, 16 * 4096 // 2 + 16 * 4096 // 16),
+    ("nvfp4_two_calls", 4 * 16 * 4096, 16 * 4096 // 2 + 16 * 4096 // 16),
+])
+def test_bytes_each_operation_moves(name, read, written):
+    op = sweep_ops.make(name)
+    assert op.name == name
+    assert op.bytes(16, 4096) == (read, written)
+
+
+def test_every_format_row_of_the_benchmark_is_an_operation():
+    for name, _label in bench.FORMAT_OPS:
+        sweep_ops.make(name)
+
+
+def test_formats_table_renders_ratios_and_failures():
+    shape = dict(shape="16x4096", m=16, k=4096, tensor_sf=1.0, moved=10**6, copy_us=4.0, rows=[],
+                 formats=[dict(kernel="quantize_mxfp4 (rceil)", copy_us=4.0, median_us=5.0, min_us=4.5,
+                               moved=2 * 10**5, exact="yes"),
+                          dict(kernel="dequantize_nvfp4 -> bf16", status="failed: RuntimeError: boom")])
+    text = bench.markdown(META, [shape], [], [], [], [], [], None)
+    assert "| 16x4096 | quantize_mxfp4 (rceil) | 4.00 | 5.00 | 4.50 | 1.25 | 80.0 | 40 | yes |" in text
+    assert "| 16x4096 | dequantize_nvfp4 -> bf16 | — | — | — | — | — | — | failed: RuntimeError: boom |" in text
