@@ -365,11 +365,10 @@ def compare(env, case: Case, q, sf_lin) -> tuple[str, str]:
 
 def spec_check(env, case: Case) -> tuple[bool, int]:
     """fp4q's output against the numpy reference on sampled rows (all of the last partial 128 block)."""
-    cp, m = env.cp, case.m
-    rng = np.random.default_rng(1)
-    rows = set(rng.choice(m, size=min(m, 48), replace=False).tolist()) | {0, m - 1}
-    rows |= set(range(max(0, m - m % 128), m)) if m % 128 else set()
-    rows = sorted(rows)[:200]
+    import sweep_ops
+
+    cp = env.cp
+    rows = sweep_ops.sample_rows(case.m, np.random.default_rng(1))
     idx = cp.asarray(rows)
     q_spec, sf_spec = env.reference.quantize_nvfp4(cp.asnumpy(case.x[idx]), case.tsf, sf_layout="linear")
     ok = bool((cp.asnumpy(case.q_ref[idx]) == q_spec).all() and (cp.asnumpy(case.sf_ref_lin[idx]) == sf_spec).all())
@@ -667,6 +666,7 @@ def bench_formats(env, case: Case) -> list[dict]:
         rng = np.random.default_rng(3)
         try:
             op.prepare(case.m, case.k, rng)
+            op.clear()
             op.run(None, True)
             exact = "yes" if op.check(rng) else "no"
             if exact == "no":

@@ -76,15 +76,14 @@ def dequantize_pass(rng, start: float) -> int:
         for m, k in SHAPES:
             bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
             for fmt in ("nvfp4", "mxfp4"):
+                out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
                 if fmt == "nvfp4":
                     q, sf = fp4q.quantize_nvfp4(cp.asarray(bits), 0.75)
                     y_ref = reference.dequantize_nvfp4(cp.asnumpy(q), cp.asnumpy(sf), 0.75, dtype="bfloat16")
-                    out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
                     fp4q.dequantize_nvfp4(q, sf, 0.75, out=out, config=cfg)
                 else:
                     q, sf = fp4q.quantize_mxfp4(cp.asarray(bits))
                     y_ref = reference.dequantize_mxfp4(cp.asnumpy(q), cp.asnumpy(sf), dtype="bfloat16")
-                    out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
                     fp4q.dequantize_mxfp4(q, sf, out=out, config=cfg)
                 if not np.array_equal(cp.asnumpy(out), y_ref.view(np.uint16)):
                     failures += 1

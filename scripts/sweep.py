@@ -187,6 +187,7 @@ def gpu_sweep(args) -> list[dict]:
         moved = read + written
         for (name, cfg), pdl in itertools.product(configs.items(), pdls):
             next(it, None)
+            op.clear()
             op.run(cfg, pdl)
             ok = op.check(rng)
             t = time_fn(lambda: op.run(cfg, pdl), reps=args.reps)

@@ -5,9 +5,10 @@ sampled rows against the numpy reference.
 Every op has ``name``; ``bytes(m, k)`` -> (read, written);
 ``configs(space)`` -> named configs, given the sweep's NVFP4 space;
 ``prepare(m, k, rng)`` makes the shape's inputs and outputs once;
-``run(cfg, pdl)`` writes into those outputs (the timed call allocates
-nothing); ``check(rng)`` -> whether sampled rows of the last run's outputs
-equal the reference.
+``clear()`` fills the outputs with 0xFF, so that a check sees only what the
+next run writes; ``run(cfg, pdl)`` writes into those outputs (the timed call
+allocates nothing); ``check(rng)`` -> whether sampled rows of the last run's
+outputs equal the reference.
 """
 
 from __future__ import annotations
@@ -33,59 +34,49 @@ def bf16_normal(m: int, k: int, rng) -> np.ndarray:
     return (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
-class QuantizeNvfp4:
-    name = "nvfp4"
+class Quantize:
+    """quantize_nvfp4 (the sweep's config space) or quantize_mxfp4 rceil (the shipped
+    MXFP4 TMA configs and the vector kernel)."""
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self.name = fmt
+        self.group = 16 if fmt == "nvfp4" else 32
 
     def bytes(self, m, k):
-        return 2 * m * k, m * k // 2 + m * k // 16
+        return 2 * m * k, m * k // 2 + m * k // self.group
 
     def configs(self, space):
-        return space
-
-    def prepare(self, m, k, rng):
-        self.x_host = bf16_normal(m, k, rng)
-        self.x = cp.asarray(self.x_host)
-        self.tsf = float(reference.global_scale(self.x_host[: min(m, 256)]))
-        self.q = cp.empty((m, k // 2), cp.uint8)
-        self.sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
-
-    def run(self, cfg, pdl):
-        fp4q.quantize_nvfp4(self.x, self.tsf, out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)
-
-    def check(self, rng):
-        m, k = self.x_host.shape
-        rows = sample_rows(m, rng)
-        q_ref, sf_ref = reference.quantize_nvfp4(self.x_host[rows], self.tsf, sf_layout="linear")
-        sf_lin = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k // 16)
-        return bool((cp.asnumpy(self.q[cp.asarray(rows)]) == q_ref).all() and (sf_lin[rows] == sf_ref).all())
-
-
-class QuantizeMxfp4:
-    """quantize_mxfp4 (rceil): the shipped MXFP4 TMA configs and the vector kernel."""
-
-    name = "mxfp4"
-
-    def bytes(self, m, k):
-        return 2 * m * k, m * k // 2 + m * k // 32
-
-    def configs(self, space):
+        if self.fmt == "nvfp4":
+            return space
         vector = {n: c for n, c in SIMT.items() if c.vector and c.sf_vec_size == 32 and c.mx_mode == "rceil"}
         return {**{n: c for n, c in SHIPPED_MX.items() if c.mx_mode == "rceil"}, **vector}
 
     def prepare(self, m, k, rng):
         self.x_host = bf16_normal(m, k, rng)
         self.x = cp.asarray(self.x_host)
+        self.tsf = float(reference.global_scale(self.x_host[: min(m, 256)])) if self.fmt == "nvfp4" else None
         self.q = cp.empty((m, k // 2), cp.uint8)
-        self.sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 32), cp.uint8)
+        self.sf = cp.empty(fp4q.swizzled_sf_shape(m, k // self.group), cp.uint8)
+
+    def clear(self):
+        self.q.fill(0xFF)
+        self.sf.fill(0xFF)
 
     def run(self, cfg, pdl):
-        fp4q.quantize_mxfp4(self.x, out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)
+        if self.fmt == "nvfp4":
+            fp4q.quantize_nvfp4(self.x, self.tsf, out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)
+        else:
+            fp4q.quantize_mxfp4(self.x, out=self.q, sf_out=self.sf, config=cfg, pdl=pdl)
 
     def check(self, rng):
         m, k = self.x_host.shape
         rows = sample_rows(m, rng)
-        q_ref, sf_ref = reference.quantize_mxfp4(self.x_host[rows], sf_layout="linear")
-        sf_lin = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k // 32)
+        if self.fmt == "nvfp4":
+            q_ref, sf_ref = reference.quantize_nvfp4(self.x_host[rows], self.tsf, sf_layout="linear")
+        else:
+            q_ref, sf_ref = reference.quantize_mxfp4(self.x_host[rows], sf_layout="linear")
+        sf_lin = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k // self.group)
         return bool((cp.asnumpy(self.q[cp.asarray(rows)]) == q_ref).all() and (sf_lin[rows] == sf_ref).all())
 
 
@@ -113,6 +104,9 @@ class Dequantize:
             self.q, self.sf = fp4q.quantize_mxfp4(cp.asarray(x_host))
         self.y = cp.empty((m, k), cp.uint16)
 
+    def clear(self):
+        self.y.fill(0xFFFF)
+
     def run(self, cfg, pdl):
         dequantize = fp4q.dequantize_nvfp4 if self.fmt == "nvfp4" else fp4q.dequantize_mxfp4
         dequantize(self.q, self.sf, *self.tsf, out=self.y, config=cfg, pdl=pdl)
@@ -127,7 +121,7 @@ class Dequantize:
         return bool((cp.asnumpy(self.y[cp.asarray(rows)]) == y_ref.view(np.uint16)).all())
 
 
-class QuantizeDynamic(QuantizeNvfp4):
+class QuantizeDynamic(Quantize):
     """NVFP4 with the tensor scale computed on the device first (bench only: it has no configs to sweep).
 
     ``chained=True`` is ``quantize_nvfp4(x, "dynamic")`` (the amax pass and the
@@ -136,6 +130,7 @@ class QuantizeDynamic(QuantizeNvfp4):
     Both read x twice, which ``bytes`` counts."""
 
     def __init__(self, chained: bool):
+        super().__init__("nvfp4")
         self.chained = chained
         self.name = "nvfp4_dynamic" if chained else "nvfp4_two_calls"
 
@@ -159,7 +154,8 @@ class QuantizeDynamic(QuantizeNvfp4):
 
 
 def make(name: str):
-    ops = {"nvfp4": QuantizeNvfp4, "mxfp4": QuantizeMxfp4, "dequantize": lambda: Dequantize("nvfp4"),
+    ops = {"nvfp4": lambda: Quantize("nvfp4"), "mxfp4": lambda: Quantize("mxfp4"),
+           "dequantize": lambda: Dequantize("nvfp4"),
            "dequantize_mx": lambda: Dequantize("mxfp4"), "nvfp4_dynamic": lambda: QuantizeDynamic(True),
            "nvfp4_two_calls": lambda: QuantizeDynamic(False)}
     return ops[name]()
