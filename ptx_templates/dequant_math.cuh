@@ -6,6 +6,7 @@
 #pragma once
 #include "ptx.cuh"
 #include "sf_layout.cuh"
+#include "tensor_sf.cuh"
 
 #if FP4Q_MXFP4
 constexpr int GROUP = 32;
@@ -50,15 +51,13 @@ FP4Q_DEVICE float group_scale(u32 byte, float rcp_tensor_sf) {
 #endif
 }
 
-// 1 / tensor_sf, correctly rounded, from the kernel argument or the device
-// scalar; MXFP4 has no tensor scale and never reads either.
+// 1 / tensor_sf, correctly rounded; MXFP4 has no tensor scale and never
+// reads one.
 FP4Q_DEVICE float rcp_tensor_sf(float value, const float* ptr) {
 #if FP4Q_MXFP4
     return 1.0f;
-#elif FP4Q_TENSOR_SF_BY_POINTER
-    return rcp_rn(ld_global_f32(ptr));
 #else
-    return rcp_rn(value);
+    return rcp_rn(launch_tensor_sf(value, ptr));
 #endif
 }
 

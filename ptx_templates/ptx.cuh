@@ -22,6 +22,14 @@ struct alignas(64) TensorMap {
 FP4Q_DEVICE u32 f32_bits(float v) { return __float_as_uint(v); }
 FP4Q_DEVICE float f32_from_bits(u32 b) { return __uint_as_float(b); }
 
+// Bytes picked from the eight of {b, a} (a is bytes 0-3); a selector nibble
+// with bit 3 set replicates the picked byte's sign bit over the byte.
+FP4Q_DEVICE u32 prmt_b32(u32 a, u32 b, u32 selector) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+    return d;
+}
+
 FP4Q_DEVICE u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
@@ -82,6 +90,27 @@ FP4Q_DEVICE u32 max_bf16x2(u32 a, u32 b) {
 FP4Q_DEVICE u32 max_f16x2(u32 a, u32 b) {
     u32 d;
     asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// max(|a|, |b|) per 16-bit lane with NaN propagating (a NaN lane wins). The
+// result's sign is the XOR of the inputs' signs: callers mask it off.
+FP4Q_DEVICE u32 max_nan_xorsign_abs_bf16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+FP4Q_DEVICE u32 max_nan_xorsign_abs_f16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// NaN-propagating maximum: a NaN operand gives NaN.
+FP4Q_DEVICE float max_nan_f32(float a, float b) {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
     return d;
 }
 

@@ -18,18 +18,10 @@ fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restri
                        i32 rows, i32 cols) {
     griddepcontrol_wait();
     griddepcontrol_launch_dependents();
-    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
-    const float rcp_tensor_sf = rcp_rn(tensor_sf);
+    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
-#if FP4Q_SF_SWIZZLED
-    // The padded 128 x 4 domain, so that every padding byte is written too.
-    const i64 domain_rows = (static_cast<i64>(rows) + 127) / 128 * 128;
-    const int domain_groups = (groups + 3) / 4 * 4;
-#else
-    const i64 domain_rows = rows;
-    const int domain_groups = groups;
-#endif
-    const i64 total = domain_rows * domain_groups;
+    const int domain_groups = sf_domain_groups(groups);
+    const i64 total = sf_domain_rows(rows) * domain_groups;
     for (i64 idx = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<i64>(gridDim.x) * blockDim.x) {
         const i64 m = idx / domain_groups;
@@ -41,7 +33,7 @@ fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restri
 #pragma unroll
             for (int i = 0; i < WORDS; ++i) w[i] = load_pair(src + 2 * i);
             float inv;
-            sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tensor_sf, rcp_tensor_sf, inv);
+            sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tsf.value, tsf.rcp, inv);
             u8* dst = q + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
             for (int word = 0; word < WORDS / 4; ++word) {

@@ -17,15 +17,9 @@ fp4q_quantize_fp4_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __rest
                          i32 rows, i32 cols) {
     griddepcontrol_wait();
     griddepcontrol_launch_dependents();
-    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
-    const float rcp_tensor_sf = rcp_rn(tensor_sf);
+    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
-#if FP4Q_SF_SWIZZLED
-    // Groups up to a multiple of 4, so that the padding scales of each row are written too.
-    const int domain_groups = (groups + 3) / 4 * 4;
-#else
-    const int domain_groups = groups;
-#endif
+    const int domain_groups = sf_domain_groups(groups);
     const i64 per_row = static_cast<i64>(domain_groups) * THREADS_PER_GROUP;
     const i64 total = rows * per_row;
     const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
@@ -46,7 +40,7 @@ fp4q_quantize_fp4_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __rest
             amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
         }
         float inv;
-        const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tensor_sf, rcp_tensor_sf, inv);
+        const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
         if (live) {
             st_global_u32(q + m * (cols / 2) + chunk * 4, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
         }
@@ -57,9 +51,8 @@ fp4q_quantize_fp4_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __rest
 #if FP4Q_SF_SWIZZLED
     // Rows from `rows` up to the next multiple of 128 hold zero scales: four
     // groups of one row are one aligned word of the swizzled layout.
-    const i64 padded_rows = (static_cast<i64>(rows) + 127) / 128 * 128;
     const int words_per_row = domain_groups / 4;
-    const i64 pad_words = (padded_rows - rows) * words_per_row;
+    const i64 pad_words = (sf_domain_rows(rows) - rows) * words_per_row;
     for (i64 i = first; i < pad_words; i += stride) {
         const i64 m = rows + i / words_per_row;
         const int j = static_cast<int>(i % words_per_row) * 4;

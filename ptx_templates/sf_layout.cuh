@@ -12,3 +12,22 @@ FP4Q_DEVICE i64 sf_index(i64 row, int group, int groups) {
     return row * groups + group;
 #endif
 }
+
+// The scale domain a kernel writes: under the swizzled layout, rows up to a
+// multiple of 128 and groups up to a multiple of 4, so that the padding
+// bytes are written (as zeros) too.
+FP4Q_DEVICE i64 sf_domain_rows(i32 rows) {
+#if FP4Q_SF_SWIZZLED
+    return (static_cast<i64>(rows) + 127) / 128 * 128;
+#else
+    return rows;
+#endif
+}
+
+FP4Q_DEVICE int sf_domain_groups(int groups) {
+#if FP4Q_SF_SWIZZLED
+    return (groups + 3) / 4 * 4;
+#else
+    return groups;
+#endif
+}

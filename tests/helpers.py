@@ -24,28 +24,46 @@ def random_bf16(shape, rng, scale=1.0, specials=0.0) -> np.ndarray:
     return bits
 
 
+def _edge_families() -> list[np.ndarray]:
+    f = np.float32
+    return [
+        np.zeros(16, f),  # all-zero groups
+        np.full(16, -0.0, f),  # -0
+        np.full(16, np.nan, f),  # all-NaN: amax 0
+        np.array([np.nan, 1, -2, 3] * 4, f),  # NaN ignored in amax
+        np.array([np.inf, 1, -1, 0] * 4, f),  # Inf: scale 448
+        np.array([-np.inf, 5, -5, 0.1] * 4, f),
+        np.array([6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5, -6], f),
+        np.array([3e38, 1e-38, -1e-40, 1e-45] * 4, f),  # huge amax, subnormals
+        np.array([1e-40, -2e-40, 3e-41, 0] * 4, f),  # subnormal-only groups
+        np.linspace(-7, 7, 16, dtype=f),
+        np.array([448 * 6 * 2, 1, 2, 3] * 4, f),  # scale saturates at 448
+        np.array([1e-30, 2e-31, -3e-30, 0] * 4, f),  # e4m3 subnormal/underflow scales
+    ]
+
+
+EDGE_FAMILIES = _edge_families()
+
+
 def edge_groups(k: int) -> np.ndarray:
     """One row per edge-case family of the spec, each row K wide (bf16 bits)."""
     g = k // 16
-    rows = []
+    return np.stack([np.tile(bf16_bits(group), g)[:k].astype(np.uint16) for group in EDGE_FAMILIES])
 
-    def row(group16):
-        rows.append(np.tile(bf16_bits(group16), g)[:k] if len(group16) == 16 else group16)
 
-    f = np.float32
-    row(np.zeros(16, f))  # all-zero groups
-    row(np.full(16, -0.0, f))  # -0
-    row(np.full(16, np.nan, f))  # all-NaN: amax 0
-    row(np.array([np.nan, 1, -2, 3] * 4, f))  # NaN ignored in amax
-    row(np.array([np.inf, 1, -1, 0] * 4, f))  # Inf: scale 448
-    row(np.array([-np.inf, 5, -5, 0.1] * 4, f))
-    row(np.array([6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5, -6], f))
-    row(np.array([3e38, 1e-38, -1e-40, 1e-45] * 4, f))  # huge amax, subnormals
-    row(np.array([1e-40, -2e-40, 3e-41, 0] * 4, f))  # subnormal-only groups
-    row(np.linspace(-7, 7, 16, dtype=f))
-    row(np.array([448 * 6 * 2, 1, 2, 3] * 4, f))  # scale saturates at 448
-    row(np.array([1e-30, 2e-31, -3e-30, 0] * 4, f))  # e4m3 subnormal/underflow scales
-    return np.stack([r.astype(np.uint16) for r in rows])
+def mixed_groups(shape, rng, edge_fraction=0.1, tiny_fraction=0.1) -> np.ndarray:
+    """Random bf16 bits where each 16-element group is, independently, normal data, one of the edge
+    families (``edge_fraction``), or normal data shrunk by 10**-1..10**-6 (``tiny_fraction``: some of
+    their scales land among the e4m3 subnormals, where |x * inv| can pass 6), so that neighbouring
+    groups, chunks and lanes mix every case."""
+    m, k = shape
+    groups = rng.standard_normal((m, k // 16, 16)).astype(np.float32)
+    kind = rng.random((m, k // 16))
+    tiny = kind < tiny_fraction
+    groups[tiny] *= (10.0 ** -rng.uniform(1, 6, size=(int(tiny.sum()), 1))).astype(np.float32)
+    edge = (kind >= tiny_fraction) & (kind < tiny_fraction + edge_fraction)
+    groups[edge] = np.stack(EDGE_FAMILIES)[rng.integers(0, len(EDGE_FAMILIES), size=int(edge.sum()))]
+    return bf16_bits(groups.reshape(m, k))
 
 
 def assert_bytes_equal(got, want, what: str) -> None:

@@ -15,7 +15,7 @@ from fp4q import reference
 from fp4q.config import QuantizeConfig, SimtConfig
 from fp4q.variants import SHIPPED, SHIPPED_MX, SIMT
 
-from helpers import assert_bytes_equal, edge_groups, random_bf16
+from helpers import assert_bytes_equal, edge_groups, mixed_groups, random_bf16
 
 gpu = pytest.mark.gpu
 
@@ -98,6 +98,20 @@ def test_every_shipped_config(name, sf_layout, device_sf):
     for m, k in [(129, 2176), (1000, 512), (5, 64), (300, 7168)]:
         x = random_bf16((m, k), rng, specials=0.01)
         _run_and_check(x, reference.global_scale(x), sf_layout, device_sf, config=VARIANTS[name])
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_every_config_on_groups_that_mix_the_conversion_paths(name):
+    # The TMA kernel picks its e2m1 variant per 64-element chunk (input signs without the clamp, input
+    # signs with it, or the general one for NaN products): neighbouring groups, chunks and lanes mixing
+    # normal, tiny (e4m3-subnormal scale) and special groups must all land on the reference's bits.
+    rng = np.random.default_rng(29)
+    x = mixed_groups((256, 2048), rng)
+    for tensor_sf in (reference.global_scale(x), np.float32(1.0), np.float32(2.0**40), np.float32(1e-30)):
+        _run_and_check(x, tensor_sf, config=VARIANTS[name])
+    finite = mixed_groups((256, 2048), rng, edge_fraction=0.0)  # only the first two paths
+    _run_and_check(finite, reference.global_scale(finite), config=VARIANTS[name])
 
 
 @gpu
@@ -252,6 +266,16 @@ def test_mxfp4_edge_families(mode):
     for layout in ("swizzled", "linear"):
         _check_mx(x, mode, layout)
         _check_mx(x, mode, layout, config=SimtConfig(sf_vec_size=32, mx_mode=mode))
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(MX_VARIANTS))
+def test_mxfp4_configs_on_groups_that_mix_the_conversion_paths(name):
+    # floor mode puts amax * 2^-e in [4, 8): its chunks often need the clamped variant.
+    cfg = MX_VARIANTS[name]
+    rng = np.random.default_rng(31)
+    for edge_fraction in (0.1, 0.0):
+        _check_mx(mixed_groups((256, 2048), rng, edge_fraction), cfg.mx_mode, config=cfg)
 
 
 @gpu

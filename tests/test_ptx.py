@@ -23,6 +23,10 @@ MNEMONICS = {
     "abs_f32": "abs.f32",
     "max_bf16x2": "max.bf16x2",
     "max_f16x2": "max.f16x2",
+    "max_nan_xorsign_abs_bf16x2": "max.NaN.xorsign.abs.bf16x2",
+    "max_nan_xorsign_abs_f16x2": "max.NaN.xorsign.abs.f16x2",
+    "max_nan_f32": "max.NaN.f32",
+    "prmt_b32": "prmt.b32",
     "cvt_rn_satfinite_e4m3x2_f32": "cvt.rn.satfinite.e4m3x2.f32",
     "cvt_rn_f16x2_e4m3x2": "cvt.rn.f16x2.e4m3x2",
     "cvt_f32_f16": "cvt.f32.f16",
@@ -85,6 +89,10 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = f32_from_bits(bits ^ 1u);
     bits ^= max_bf16x2(e4, h2);
     bits ^= max_f16x2(h2, bits);
+    bits ^= max_nan_xorsign_abs_bf16x2(e4, bits);
+    bits ^= max_nan_xorsign_abs_f16x2(h2, bits);
+    bits ^= prmt_b32(bits, e4, 0x7351u);
+    r = max_nan_f32(r, b);
     bits ^= cvt_rn_bf16x2_f32(a, r);
     bits ^= redux_sync_max_u32(bits);
     r = add_rn(r, shfl_sync_bfly_b32(r, 1));
@@ -165,7 +173,7 @@ def body_of(name: str) -> str:
 
 
 def norm(mnemonic: str) -> str:
-    return mnemonic.replace("::", "_").replace(".", "_")
+    return mnemonic.replace("::", "_").replace(".", "_").lower()
 
 
 @pytest.fixture(scope="module")
