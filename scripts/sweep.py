@@ -7,8 +7,9 @@ bit-exact against the numpy reference on a sample of rows, times it with
 CUDA events (warm-up, median of many, L2 flushed, launches queued behind a
 spin kernel so host overhead never counts) next to a device-to-device copy
 of the same bytes, and writes CSV + JSON (+ a PNG plot when matplotlib is
-installed). ``--write-tuned`` stores the best config per shape class in the
-package's tuned table.
+installed). ``--write-tuned`` merges the best config per shape class (the
+lowest geometric mean of time / copy over the class's swept shapes) into
+the package's tuned table, keeping the classes it did not sweep.
 
 Without a GPU: compiles every shipped variant for sm_90a and sm_100a with
 NVRTC and prints registers, shared memory, spills, cold compile time and
@@ -277,29 +278,68 @@ def vector_crossover(rows, configs) -> int | None:
     return min(tma_wins) if tma_wins else max(m * k for m, k in both) + 1
 
 
-def _write_tuned(rows, configs, meta, path: str) -> None:
+def best_per_class(rows, configs) -> dict[str, dict]:
+    """Per shape class of the tuned table, the TMA config with the lowest geometric mean of
+    time / copy time over the class's measured shapes (only configs measured, bit-exact and with
+    PDL, on every one of them compete): the config that serves the class, not the one that won a
+    single shape of it."""
     from fp4q.tuning import shape_class
 
-    best: dict[str, dict] = {}
+    scores: dict[str, dict[str, dict[tuple, float]]] = {}
+    shapes: dict[str, set] = {}
     for r in rows:
-        # Class entries are TMA configs; the vector kernel has its own rule (the crossover below).
-        if not (r["bit_exact"] and r["pdl"]) or isinstance(configs[r["config"]], SimtConfig):
+        # Class entries are TMA configs; the vector kernel has its own rule (vector_crossover).
+        if not r["pdl"] or isinstance(configs[r["config"]], SimtConfig):
             continue
         cls = shape_class(r["m"], r["k"])
-        score = r["median_us"] / r["copy_us"]
-        if cls not in best or score < best[cls]["score"]:
-            best[cls] = dict(score=score, config=r["config"], m=r["m"], k=r["k"], pct_of_copy=r["pct_of_copy"])
-    crossover = vector_crossover(rows, configs)
+        shapes.setdefault(cls, set()).add((r["m"], r["k"]))
+        if r["bit_exact"]:
+            scores.setdefault(cls, {}).setdefault(r["config"], {})[(r["m"], r["k"])] = r["median_us"] / r["copy_us"]
+    best = {}
+    for cls, by_config in scores.items():
+        complete = {name: s for name, s in by_config.items() if set(s) == shapes[cls]}
+        if not complete:
+            continue
+        means = {name: math.exp(sum(math.log(v) for v in s.values()) / len(s)) for name, s in complete.items()}
+        name = min(means, key=means.get)
+        best[cls] = dict(config=name, measured_on=",".join(f"{m}x{k}" for m, k in sorted(shapes[cls])),
+                         pct_of_copy=round(100 / means[name], 1))
+    return best
+
+
+def merged_table(old: dict, best: dict[str, dict], configs, meta: dict, crossover: int | None) -> dict:
+    """The tuned table after a sweep: its classes replaced, the classes it did not measure kept as
+    they were (each entry carries the date it was measured), the vector crossover replaced when the
+    sweep measured one."""
+    entries = dict(old.get("entries", {}))
+    for cls, b in best.items():
+        fields = {f: (int(v) if isinstance(v, Swizzle) else v) for f, v in configs[b["config"]].__dict__.items()
+                  if f not in ("arch", "sf_layout", "tensor_sf_mode", "input_dtype")}
+        entries[cls] = dict(measured_on=b["measured_on"], pct_of_copy=b["pct_of_copy"], date=meta["date"],
+                            config=fields)
+    for cls, entry in entries.items():
+        entry.setdefault("date", old.get("date"))
+    table = {**{k: v for k, v in old.items() if k != "entries"}, **meta}
     if crossover is not None:
-        meta = dict(meta, vector_max_elements=crossover)
-    table = dict(meta, entries={
-        cls: dict(measured_on=f"{b['m']}x{b['k']}", pct_of_copy=b["pct_of_copy"],
-                  config={f: (int(v) if isinstance(v, Swizzle) else v) for f, v in
-                          configs[b["config"]].__dict__.items() if f not in ("arch", "sf_layout", "tensor_sf_mode", "input_dtype")})
-        for cls, b in sorted(best.items())})
+        table["vector_max_elements"] = crossover
+        table.pop("vector_measured", None)
+    elif "vector_max_elements" in old:
+        table["vector_max_elements"] = old["vector_max_elements"]
+    table["entries"] = dict(sorted(entries.items()))
+    return table
+
+
+def _write_tuned(rows, configs, meta, path: str) -> None:
+    old = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            old = json.load(f)
+    best = best_per_class(rows, configs)
+    table = merged_table(old, best, configs, meta, vector_crossover(rows, configs))
     with open(path, "w") as f:
         json.dump(table, f, indent=1)
-    print(f"wrote the tuned table ({len(best)} shape classes) to {path}")
+    print(f"wrote the tuned table to {path}: {len(best)} shape classes measured now, "
+          f"{len(table['entries']) - len(best)} kept from before")
 
 
 def main(argv=None) -> int:
@@ -319,7 +359,8 @@ def main(argv=None) -> int:
     parser.add_argument("--op", choices=("nvfp4", "mxfp4", "dequantize", "dequantize_mx"), default="nvfp4",
                         help="what to sweep: quantize_nvfp4 (default), quantize_mxfp4, or dequantize_nvfp4 / "
                              "dequantize_mxfp4 to bf16")
-    parser.add_argument("--write-tuned", default=None, help="write the best config per shape class to this JSON")
+    parser.add_argument("--write-tuned", default=None,
+                        help="merge the best config per shape class into this JSON (classes not swept are kept)")
     parser.add_argument("--cpu", action="store_true", help="compile table only, even if a GPU is present")
     args = parser.parse_args(argv)
     args.m = args.m or (QUICK_M if args.quick else DEFAULT_M)

@@ -92,8 +92,8 @@ def test_entries_this_version_cannot_build_are_skipped(table_file):
 CONFIGS = {"tma": QuantizeConfig(), "vec": SimtConfig(vector=True)}
 
 
-def _row(config, m, k, us, bit_exact=True, pdl=True):
-    return dict(config=config, m=m, k=k, median_us=us, bit_exact=bit_exact, pdl=pdl)
+def _row(config, m, k, us, bit_exact=True, pdl=True, copy_us=1.0):
+    return dict(config=config, m=m, k=k, median_us=us, bit_exact=bit_exact, pdl=pdl, copy_us=copy_us)
 
 
 def test_crossover_is_the_smallest_shape_where_tma_won():
@@ -112,3 +112,51 @@ def test_crossover_ignores_inexact_and_pdl_off_results():
 
 def test_no_crossover_without_both_kinds():
     assert sweep.vector_crossover([_row("tma", 16, 4096, 1.0)], CONFIGS) is None
+
+
+# --- the class entries the sweep writes ---------------------------------------------------------------------------
+CLASS_CONFIGS = {"a": QuantizeConfig(), "b": QuantizeConfig(num_stages=2), "vec": SimtConfig(vector=True)}
+
+
+def test_class_winner_is_best_over_all_its_shapes_not_one():
+    # "b" wins 16384x16384 by a little and loses 8192x16384 by a lot: "a" serves the class better.
+    rows = [_row("a", 8192, 16384, 10.0, copy_us=9.0), _row("b", 8192, 16384, 12.0, copy_us=9.0),
+            _row("a", 16384, 16384, 20.0, copy_us=19.0), _row("b", 16384, 16384, 19.5, copy_us=19.0),
+            _row("vec", 8192, 16384, 1.0, copy_us=9.0)]
+    best = sweep.best_per_class(rows, CLASS_CONFIGS)
+    assert set(best) == {"m>4096,k>8192"}
+    entry = best["m>4096,k>8192"]
+    assert entry["config"] == "a"
+    assert entry["measured_on"] == "8192x16384,16384x16384"
+    assert entry["pct_of_copy"] == round(100 / ((10 / 9 * 20 / 19) ** 0.5), 1)
+
+
+def test_class_winner_must_be_exact_with_pdl_on_every_shape_of_the_class():
+    rows = [_row("a", 8192, 16384, 1.0), _row("a", 16384, 16384, 1.0, bit_exact=False),
+            _row("b", 8192, 16384, 5.0), _row("b", 16384, 16384, 5.0),
+            _row("a", 8192, 4096, 1.0, pdl=False), _row("b", 8192, 4096, 3.0, pdl=False)]
+    best = sweep.best_per_class(rows, CLASS_CONFIGS)
+    assert {cls: b["config"] for cls, b in best.items()} == {"m>4096,k>8192": "b"}
+
+
+def test_merged_table_keeps_classes_not_swept_and_dates_each_entry():
+    old = {"date": "2026-12-02", "space": "small", "vector_max_elements": 2097152, "vector_measured": "cmd",
+           "entries": {"m<=16,k<=4096": {"config": {"tile_k": 64}, "pct_of_copy": 73.4},
+                       "m>4096,k>8192": {"config": {"tile_k": 64}, "pct_of_copy": 93.0}}}
+    meta = {"device": "NVIDIA H200", "date": "2026-12-03", "space": "small", "reps": 25}
+    best = {"m>4096,k>8192": dict(config="b", measured_on="16384x16384", pct_of_copy=95.0)}
+    table = sweep.merged_table(old, best, CLASS_CONFIGS, meta, crossover=None)
+    assert table["date"] == "2026-12-03" and table["vector_max_elements"] == 2097152
+    assert table["vector_measured"] == "cmd"
+    assert table["entries"]["m<=16,k<=4096"] == {"config": {"tile_k": 64}, "pct_of_copy": 73.4, "date": "2026-12-02"}
+    swept = table["entries"]["m>4096,k>8192"]
+    assert swept["date"] == "2026-12-03" and swept["pct_of_copy"] == 95.0
+    assert QuantizeConfig(**{**swept["config"], "input_swizzle": tuning.Swizzle(swept["config"]["input_swizzle"]),
+                             "output_swizzle": tuning.Swizzle(swept["config"]["output_swizzle"])}) == \
+        CLASS_CONFIGS["b"]
+
+
+def test_merged_table_takes_a_new_crossover_and_drops_the_old_note():
+    old = {"vector_max_elements": 1, "vector_measured": "cmd", "entries": {}}
+    table = sweep.merged_table(old, {}, CLASS_CONFIGS, {"date": "2026-12-03"}, crossover=4096)
+    assert table["vector_max_elements"] == 4096 and "vector_measured" not in table
