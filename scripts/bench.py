@@ -697,6 +697,10 @@ def bench_host(env) -> list[dict]:
          lambda: fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf), 2000),
         ("fp4q, allocating outputs", lambda: fp4q.quantize_nvfp4(x, tsf), 2000),
         ("fp4q, out= given, device tensor_sf", lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf), 2000),
+        ('fp4q, out= given, tensor_sf="dynamic" (one call)',
+         lambda: fp4q.quantize_nvfp4(x, "dynamic", out=q, sf_out=sf), 2000),
+        ("fp4q, out= given, global_scale + quantize (two calls)",
+         lambda: fp4q.quantize_nvfp4(x, fp4q.global_scale(x), out=q, sf_out=sf), 2000),
     ]
     torch = env.torch
     if torch is not None:
