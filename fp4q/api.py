@@ -21,7 +21,7 @@ from .arrays import (
     TensorScale,
     as_input,
     as_tensor_sf,
-    empty_uint8,
+    empty_on,
     output,
     sf_shape,
     stream_handle,
@@ -247,7 +247,7 @@ def _planned_output(cupy, buf, shape, dev: int, alloc_stream):
     """A new output, or the caller's buffer when it passes arrays.output's type, dtype, shape,
     device and contiguity rules; None sends the call to the checked path."""
     if buf is None:
-        return empty_uint8(shape, dev, alloc_stream)
+        return empty_on(shape, _U8, dev, alloc_stream)
     if (type(buf) is cupy.ndarray and buf.dtype == _U8 and buf.shape == shape and buf.data.device_id == dev
             and buf.flags.c_contiguous):
         return buf

@@ -193,8 +193,8 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def empty_uint8(shape: tuple[int, ...], device: int, stream: int | None = None):
-    """A new uint8 CuPy array on ``device``, from the memory pool of ``stream``.
+def empty_on(shape: tuple[int, ...], dtype, device: int, stream: int | None = None):
+    """A new CuPy array on ``device``, from the memory pool of ``stream``.
 
     The pool is stream-ordered: an output that the caller drops while the
     kernel still runs on ``stream`` must go back to that stream's pool, not
@@ -204,11 +204,11 @@ def empty_uint8(shape: tuple[int, ...], device: int, stream: int | None = None):
     cupy = _cupy()
     if stream is not None and stream != cupy.cuda.get_current_stream(device).ptr:
         with cupy.cuda.Device(device), _cupy_stream(cupy, stream, device):
-            return cupy.empty(shape, dtype=np.uint8)
+            return cupy.empty(shape, dtype=dtype)
     if cupy.cuda.runtime.getDevice() == device:
-        return cupy.empty(shape, dtype=np.uint8)
+        return cupy.empty(shape, dtype=dtype)
     with cupy.cuda.Device(device):
-        return cupy.empty(shape, dtype=np.uint8)
+        return cupy.empty(shape, dtype=dtype)
 
 
 class _RawStream:
@@ -242,7 +242,7 @@ def output(buf, name: str, shape: tuple[int, ...], view: InputView, others=(), s
     """Allocate an output (for ``stream``), or validate a caller's buffer (shape, dtype, device, layout, aliasing)."""
     cupy = _cupy()
     if buf is None:
-        return empty_uint8(shape, view.device, stream)
+        return empty_on(shape, np.uint8, view.device, stream)
     if not isinstance(buf, cupy.ndarray):
         raise TypeError(f"{name} must be a CuPy uint8 array, got {type(buf).__name__}")
     if buf.dtype != np.uint8:

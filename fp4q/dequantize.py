@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import driver
-from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, check_rows_flatten, stream_handle
+from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, check_rows_flatten, empty_on, stream_handle
 from .config import SF_LAYOUTS, Swizzle
 from .dequantize_config import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from .kernels import get_kernel
@@ -98,13 +98,13 @@ def as_scales(sf, view: CodesView, fmt: str, sf_layout: str):
     return arr
 
 
-def output(out, dtype: str, view: CodesView, sf):
+def output(out, dtype: str, view: CodesView, sf, stream: int | None = None):
+    """Allocate the output (from ``stream``'s pool), or validate the caller's ``out``."""
     cupy = _cupy()
     shape = view.lead_shape + (view.cols,)
     np_dtype = _OUT_NUMPY_DTYPES[dtype]
     if out is None:
-        with cupy.cuda.Device(view.device):
-            return cupy.empty(shape, dtype=np_dtype)
+        return empty_on(shape, np_dtype, view.device, stream)
     if not isinstance(out, cupy.ndarray):
         raise TypeError(f"out must be a CuPy {np_dtype.name} array, got {type(out).__name__}")
     if out.dtype != np_dtype:
@@ -173,8 +173,8 @@ def _dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pd
         mode, value, scale_ptr = scale.mode, scale.value, scale.ptr
     else:
         mode, value, scale_ptr = "none", 0.0, 0
-    y = output(out, dtype, view, scales)
     handle = stream_handle(stream, view.device)
+    y = output(out, dtype, view, scales, handle)
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be a bool, got {pdl!r}")
     if view.rows == 0 or view.cols == 0:

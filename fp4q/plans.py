@@ -112,6 +112,15 @@ def _int32(n: int) -> int:
     return ctypes.c_int32(n).value
 
 
+def launch_in_context(device, template: LaunchTemplate, stream: int, params_address: int, pdl: bool) -> None:
+    """Launch in the device's primary context, pushing it only when it is not current."""
+    if is_current(device):
+        template.launch(stream, params_address, pdl)
+        return
+    with in_context(device):
+        template.launch(stream, params_address, pdl)
+
+
 class _Launcher:
     __slots__ = ("config", "kernel", "device", "grid", "template", "rows", "cols")
 
@@ -125,12 +134,7 @@ class _Launcher:
         self.cols = _int32(cols)
 
     def _launch(self, stream: int, params_address: int, pdl: bool) -> None:
-        """Launch in the device's primary context, pushing it only when it is not current."""
-        if is_current(self.device):
-            self.template.launch(stream, params_address, pdl)
-            return
-        with in_context(self.device):
-            self.template.launch(stream, params_address, pdl)
+        launch_in_context(self.device, self.template, stream, params_address, pdl)
 
 
 class TmaLauncher(_Launcher):

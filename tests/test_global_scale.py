@@ -4,6 +4,7 @@ tensor_sf="dynamic", and CUDA-graph capture (GPU)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import numpy as np
@@ -197,6 +198,43 @@ def test_deterministic_and_stream_ordered():
     stream.synchronize()
     bits = {int(cp.asnumpy(s).view(np.uint32)) for s in scales}
     assert len(bits) == 1
+
+
+@gpu
+def test_repeated_calls_reuse_their_plan_with_new_pointers():
+    import fp4q
+    gs = importlib.import_module("fp4q.global_scale")  # the package exports the function under this name
+
+    cp = _cp()
+    rng = np.random.default_rng(9)
+    wide = random_bf16((64, 1040), rng)
+    for start in (0, 8, 1):  # aligned and misaligned starts: vector and scalar loads, a plan each
+        for trial in range(3):  # a new allocation (a new pointer) each time, the same kind of call
+            host = random_bf16((64, 1040), rng, scale=10.0 ** trial)
+            x = cp.asarray(host)[:, start:start + 512]
+            want = reference.global_scale(np.ascontiguousarray(host[:, start:start + 512]))
+            assert_scale(_scale_of(x), want, f"start {start} trial {trial}")
+            key = gs._plan_key(x, x.data.device_id, not x.data.ptr & 15)
+            assert key in gs._plans
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.asarray(wide)
+    want = reference.global_scale(wide)
+    got = fp4q.global_scale(x, stream=stream)
+    stream.synchronize()
+    assert_scale(np.float32(cp.asnumpy(got)[()]), want, "planned call on a non-current stream")
+
+
+@gpu
+def test_a_stored_plan_still_checks_what_varies_per_call():
+    import fp4q
+
+    cp = _cp()
+    x = cp.zeros((4, 16), dtype=cp.uint16)
+    fp4q.global_scale(x)
+    with pytest.raises(TypeError, match="pdl must be a bool, got None"):
+        fp4q.global_scale(x, pdl=None)
+    with pytest.raises(TypeError, match="stream must be a cupy.cuda.Stream"):
+        fp4q.global_scale(x, stream=[0])
 
 
 @gpu
