@@ -12,7 +12,6 @@ captured CUDA graph never writes memory that was handed back to the pool.
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import struct
 import threading
@@ -31,21 +30,9 @@ _UNROLL = 4  # units per thread per loop trip in the amax kernel
 _CTAS_PER_SM = 4
 
 
-# Validated configs are built once per distinct call shape: a call should
-# not pay for their validation.
-@functools.lru_cache(maxsize=None)
-def _config_of_amax(vector_loads: bool, input_dtype: str, arch: str) -> AmaxConfig:
-    return AmaxConfig(vector_loads=vector_loads, input_dtype=input_dtype, arch=arch)
-
-
-@functools.lru_cache(maxsize=None)
-def _config_of_scale(arch: str) -> GlobalScaleConfig:
-    return GlobalScaleConfig(arch=arch)
-
-
 def _amax_config(view: InputView, arch: str) -> AmaxConfig:
     vector = view.ptr % 16 == 0 and view.row_stride % 8 == 0
-    return _config_of_amax(vector, view.dtype, arch)
+    return AmaxConfig(vector_loads=vector, input_dtype=view.dtype, arch=arch)
 
 
 # One block per launch, as in plans.py: the void*[] the driver reads, then the scalars it points at.
@@ -127,7 +114,7 @@ def global_scale(x, *, stream=None, pdl=True):
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be a bool, got {pdl!r}")
     dev = driver.device(view.device)
-    scale_kernel = get_kernel(_config_of_scale(dev.arch), dev.ordinal)
+    scale_kernel = get_kernel(GlobalScaleConfig(arch=dev.arch), dev.ordinal)
     amax_kernel = None
     partials = 0
     if view.rows and view.cols:
