@@ -23,7 +23,7 @@ from .arrays import InputView, _cupy, as_input, empty_on, stream_handle
 from .global_scale_config import AmaxConfig, GlobalScaleConfig
 from .kernels import get_kernel
 from .launch import LaunchTemplate
-from .plans import launch_in_context
+from .plans import launch_in_context, put_bounded
 
 _MAX_ROWS = 2**31 - 1
 _UNROLL = 4  # units per thread per loop trip in the amax kernel
@@ -127,7 +127,5 @@ def global_scale(x, *, stream=None, pdl=True):
     plan = _Plan(dev, view, amax_kernel, partials, scale_kernel)
     if type(x) is cupy.ndarray:
         with _plans_lock:
-            while len(_plans) >= PLAN_CAPACITY:
-                del _plans[next(iter(_plans))]  # the oldest
-            _plans[_plan_key(x, view.device, not view.ptr & 15)] = plan
+            put_bounded(_plans, _plan_key(x, view.device, not view.ptr & 15), plan, PLAN_CAPACITY)
     return plan(view.ptr, handle, pdl)

@@ -71,6 +71,16 @@ class Plan:
         return not ((x_ptr | q_ptr | (sf_ptr if self.swizzled else 0)) & 15)
 
 
+def put_bounded(table: dict, key, value, capacity: int) -> None:
+    """Store ``value`` in ``table`` under ``key``; a new key first evicts the oldest
+    entries (dicts keep insertion order), so the table never holds more than
+    ``capacity``. The caller holds the table's lock."""
+    if key not in table:
+        while len(table) >= capacity:
+            del table[next(iter(table))]
+    table[key] = value
+
+
 def lookup(key: tuple) -> Plan | None:
     return _plans.get(key)
 
@@ -81,9 +91,7 @@ def remember(key: tuple, plan: Plan) -> Plan:
         found = _plans.get(key)
         if found is not None and found.config is plan.config:
             return found
-        while len(_plans) >= PLAN_CAPACITY:
-            del _plans[next(iter(_plans))]  # the oldest
-        _plans[key] = plan
+        put_bounded(_plans, key, plan, PLAN_CAPACITY)
         return plan
 
 
@@ -170,9 +178,7 @@ class TmaLauncher(_Launcher):
                       else q_map)
         maps = (int(in_map.getPtr()), int(q_map.getPtr()), int(sf_map.getPtr()), in_map, q_map, sf_map)
         with self._maps_lock:
-            while len(self._maps) >= MAPS_PER_LAUNCHER:
-                del self._maps[next(iter(self._maps))]
-            self._maps[key] = maps
+            put_bounded(self._maps, key, maps, MAPS_PER_LAUNCHER)
         return maps
 
     def __call__(self, x_ptr: int, q_ptr: int, sf_ptr: int, value: float, scale_ptr: int, stream: int,

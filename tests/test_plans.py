@@ -768,3 +768,12 @@ def test_format_rules_are_checked(gpu):
         api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(sf_vec_size=32))
     with pytest.raises(ValueError, match="config.sf_vec_size is 16, but quantize_mxfp4 quantizes groups of 32"):
         api.quantize_mxfp4(cp.array((4, 128)), config=SimtConfig())
+
+
+def test_put_bounded_evicts_the_oldest_first():
+    table = {}
+    for key in "abcde":
+        plans.put_bounded(table, key, key.upper(), 3)
+    assert list(table.items()) == [("c", "C"), ("d", "D"), ("e", "E")]
+    plans.put_bounded(table, "d", "new", 3)  # a key already there is replaced in place
+    assert list(table.items()) == [("c", "C"), ("d", "new"), ("e", "E")]
