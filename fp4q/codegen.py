@@ -117,6 +117,7 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
         "OFF_Q": smem.q,
         "OFF_SF": smem.sf,
         "OFF_BARRIERS": smem.barriers,
+        "OFF_TILES": smem.tiles,
     }
     if config.setmaxnreg:
         constants.update(PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs)
