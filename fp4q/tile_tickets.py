@@ -1,4 +1,4 @@
-"""Counters for the TMA quantize kernel's dynamic tile order.
+"""Counters for the dynamic tile order of the TMA kernels (quantize and dequantize).
 
 A persistent launch hands out its tiles from a counter of two 32-bit words
 in device memory, {next ticket, CTAs finished}: zero when the launch starts,

@@ -28,19 +28,10 @@ FP4Q_DEVICE Ring ring_init(u8* barriers) {
     return ring;
 }
 
-// Producer: wait until the consumers have released the stage of tile i (the
-// first round passes at once), then arm its full barrier for `bytes`.
-FP4Q_DEVICE int ring_produce(const Ring& ring, int i, u32 bytes) {
-    const int stage = i % NUM_STAGES;
-    mbarrier_wait_parity(&ring.empty[stage], ((i / NUM_STAGES) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(&ring.full[stage], bytes);
-    return stage;
-}
-
-// Producer, when the tile order is decided on the fly: wait for the stage of
-// the CTA's i-th tile, name its tile in `stage_tiles` (read by the consumers
-// once the stage is full; the arrive orders the write before that), then arm
-// it for `bytes`.
+// Producer: wait until the consumers have released the stage of the CTA's
+// i-th tile (the first round passes at once), name the tile in `stage_tiles`
+// (the consumers read it once the stage is full; the arrive orders the write
+// before that), then arm the stage's full barrier for `bytes`.
 FP4Q_DEVICE int ring_produce_tile(const Ring& ring, int* stage_tiles, int i, int tile, u32 bytes) {
     const int stage = i % NUM_STAGES;
     mbarrier_wait_parity(&ring.empty[stage], ((i / NUM_STAGES) & 1) ^ 1);

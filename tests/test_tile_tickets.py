@@ -232,3 +232,27 @@ def test_a_captured_launch_replays_exactly_beside_launches_on_its_capture_stream
     for q, sf in direct:
         assert_bytes_equal(cp.asnumpy(q), q_ref, "direct q")
         assert_bytes_equal(cp.asnumpy(sf), sf_ref, "direct sf")
+
+
+@pytest.mark.gpu
+def test_dequantize_launches_on_several_streams_are_exact_and_leave_their_counters_zero():
+    import cupy as cp
+
+    import fp4q
+
+    x_host = random_bf16((M, K), np.random.default_rng(9))
+    q_host, sf_host = _expected(x_host)
+    y_ref = reference.dequantize_nvfp4(q_host, sf_host, 1.0, sf_layout="linear", dtype="float32")
+    q, sf = cp.asarray(q_host), cp.asarray(sf_host)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    outs = []
+    for i in range(6):
+        stream = streams[i % 2]
+        with stream:
+            outs.append(fp4q.dequantize_nvfp4(q, sf, 1.0, sf_layout="linear", dtype="float32", stream=stream,
+                                              pdl=bool(i % 2)))
+    for stream in streams:
+        stream.synchronize()
+        assert _counter_words(cp, stream) == [0, 0]
+    for i, y in enumerate(outs):
+        assert_bytes_equal(cp.asnumpy(y), y_ref, f"dequantized launch {i}")
