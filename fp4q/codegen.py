@@ -117,6 +117,7 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
         "OFF_Q": smem.q,
         "OFF_SF": smem.sf,
         "OFF_BARRIERS": smem.barriers,
+        "OFF_TILES": smem.tiles,
     }
     if config.setmaxnreg:
         constants.update(PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs)
@@ -160,6 +161,7 @@ def render_dequantize_tma(config: DequantizeConfig) -> KernelSource:
         "CONSUMER_THREADS": config.consumer_threads,
         "MIN_CTAS_PER_SM": config.min_ctas_per_sm,
         "OFF_BARRIERS": config.smem.barriers,
+        "OFF_TILES": config.smem.tiles,
     }
     source = _prelude(config, constants, _dequantize_flags(config)) + expand_includes("dequantize_tma.cu")
     return KernelSource("fp4q_dequantize_tma", source, config.arch)

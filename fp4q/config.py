@@ -123,6 +123,7 @@ class SmemLayout:
     q: int
     sf: int
     barriers: int
+    tiles: int
     total: int  # including the alignment slack requested at launch
 
 
@@ -245,8 +246,9 @@ class QuantizeConfig:
         q = _align(self.num_stages * stage, 1024)
         sf = _align(q + self.out_buffers * q_tile, 128)
         barriers = _align(sf + self.out_buffers * sf_tile, 8)
-        end = barriers + 2 * self.num_stages * 8
-        return SmemLayout(input=0, q=q, sf=sf, barriers=barriers, total=end + ALIGN_SLACK)
+        tiles = barriers + 2 * self.num_stages * 8  # the tile index of each stage
+        end = tiles + 4 * self.num_stages
+        return SmemLayout(input=0, q=q, sf=sf, barriers=barriers, tiles=tiles, total=end + ALIGN_SLACK)
 
     @property
     def register_split(self) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from .dequantize_config import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, Dequant
 from .kernels import get_kernel
 from .launch import TensorMapArg, launch
 from .layouts import swizzled_sf_shape
+from .tile_tickets import counter_for
 from .tma import TensorMapCache, TensorMapSpec
 
 _tensor_maps = TensorMapCache()
@@ -193,7 +194,8 @@ def _dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pd
         )
         tiles = math.ceil(view.rows / cfg.tile_m) * math.ceil(view.cols / cfg.tile_k)
         grid = min(tiles, dev.sm_count * kernel.ctas_per_sm) if cfg.persistent else tiles
-        args = [TensorMapArg(q_map), *scalars]
+        tickets = counter_for(dev, handle) if grid < tiles else 0  # the dynamic tile order
+        args = [TensorMapArg(q_map), *scalars, ctypes.c_void_p(tickets)]
     else:
         units = view.rows * view.cols // cfg.unit
         grid = max(1, min(math.ceil(units / cfg.threads), dev.sm_count * kernel.ctas_per_sm * _SIMT_WAVES))

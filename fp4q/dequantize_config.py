@@ -44,6 +44,7 @@ class DequantizeSmem:
     """Byte offsets of the TMA kernel's dynamic shared memory, after alignment."""
 
     barriers: int
+    tiles: int
     total: int  # including the alignment slack requested at launch
 
 
@@ -120,7 +121,8 @@ class DequantizeConfig:
     @property
     def smem(self) -> DequantizeSmem:
         barriers = _align(self.num_stages * self.tile_m * self.tile_k // 2, 8)
-        return DequantizeSmem(barriers=barriers, total=barriers + 2 * self.num_stages * 8 + TMA_SMEM_ALIGN)
+        tiles = barriers + 2 * self.num_stages * 8  # the tile index of each stage
+        return DequantizeSmem(barriers=barriers, tiles=tiles, total=tiles + 4 * self.num_stages + TMA_SMEM_ALIGN)
 
     def replace(self, **changes) -> "DequantizeConfig":
         return dataclasses.replace(self, **changes)

@@ -28,6 +28,7 @@ import threading
 from .config import Swizzle
 from .driver import in_context, is_current
 from .launch import LaunchTemplate
+from .tile_tickets import counter_for
 from .tma import TensorMapCache, TensorMapSpec
 
 PLAN_CAPACITY = 1024
@@ -109,11 +110,11 @@ def plan_count() -> int:
 # One block per launch: the void*[] the driver reads, then the scalar arguments
 # it points at. Scalars are converted as the ctypes types of the kernel's
 # parameters would convert them (rows and cols wrap like c_int32).
-_TMA_ARGS = struct.Struct("<8Q" "Q f 4x Q i i")  # maps x3, sf_linear, tensor_sf, tensor_sf_ptr, rows, cols
+_TMA_ARGS = struct.Struct("<9Q" "Q f 4x Q i i Q")  # maps x3, sf_linear, tensor_sf, tensor_sf_ptr, rows, cols, tickets
 _SIMT_ARGS = struct.Struct("<8Q" "Q q Q Q f 4x Q i i")  # x, row_stride, q, sf, tensor_sf, tensor_sf_ptr, rows, cols
 _TmaBlock = ctypes.c_uint64 * (_TMA_ARGS.size // 8)
 _SimtBlock = ctypes.c_uint64 * (_SIMT_ARGS.size // 8)
-assert _TMA_ARGS.size == 96 and _SIMT_ARGS.size == 120
+assert _TMA_ARGS.size == 112 and _SIMT_ARGS.size == 120
 
 
 def _int32(n: int) -> int:
@@ -148,13 +149,15 @@ class _Launcher:
 class TmaLauncher(_Launcher):
     """The TMA kernel of one plan: grid, static tensor-map shapes, maps by pointers."""
 
-    __slots__ = ("swizzled", "_x_static", "_q_static", "_sf_static", "_maps", "_maps_lock")
+    __slots__ = ("swizzled", "dynamic", "_x_static", "_q_static", "_sf_static", "_maps", "_maps_lock")
 
     def __init__(self, config, kernel, rows: int, cols: int, row_stride: int, swizzled: bool) -> None:
         tiles = math.ceil(rows / config.tile_m) * math.ceil(cols / config.tile_k)
         grid = min(tiles, kernel.device.sm_count * kernel.ctas_per_sm) if config.persistent else tiles
         super().__init__(config, kernel, grid, rows, cols)
         self.swizzled = swizzled
+        # CTAs with more than one tile take them from a counter (tile_tickets).
+        self.dynamic = grid < tiles
         # TensorMapSpec fields after the address, as the kernel's three maps need them.
         self._x_static = (2, (cols, rows), (row_stride * 2,), (config.input_box_k, config.tile_m),
                           config.input_swizzle, 256)
@@ -190,10 +193,11 @@ class TmaLauncher(_Launcher):
         maps = self._maps.get(key)
         if maps is None:
             maps = self._encode(key, x_ptr, q_ptr, sf_ptr)
+        tickets = counter_for(self.device, stream) if self.dynamic else 0
         block = _TmaBlock()
         base = ctypes.addressof(block)
-        _TMA_ARGS.pack_into(block, 0, maps[0], maps[1], maps[2], base + 64, base + 72, base + 80, base + 88,
-                            base + 92, sf_linear, value, scale_ptr, self.rows, self.cols)
+        _TMA_ARGS.pack_into(block, 0, maps[0], maps[1], maps[2], base + 72, base + 80, base + 88, base + 96,
+                            base + 100, base + 104, sf_linear, value, scale_ptr, self.rows, self.cols, tickets)
         self._launch(stream, base, pdl)
         # `block` and `maps` (the maps' storage) stay alive until the driver has copied them.
         del block, maps

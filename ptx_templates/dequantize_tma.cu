@@ -7,7 +7,8 @@
 // writes 16 bytes of output per unit with one vector store, consecutive
 // lanes on consecutive 16-byte pieces of a row. Scales are read from global
 // memory (a byte per unit, shared by the lanes of a group). The grid is
-// persistent when launched with fewer CTAs than tiles.
+// persistent when launched with fewer CTAs than tiles; the producer names
+// each stage's tile, in the order next_tile() gives.
 #include "dequant_math.cuh"
 #include "tma_ring.cuh"
 
@@ -26,12 +27,14 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
                     u8* __restrict__ out,
                     float tensor_sf_value,
                     const float* __restrict__ tensor_sf_ptr,
-                    i32 rows, i32 cols) {
+                    i32 rows, i32 cols,
+                    u32* __restrict__ tickets) {
     extern __shared__ u8 smem_raw[];
     // TMA destinations need 128-byte alignment; the launch adds the slack.
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
     const Tiles tiles = tiles_of(rows, cols);
     const Ring ring = ring_init(smem + OFF_BARRIERS);
+    int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
 
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
@@ -39,13 +42,15 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
             // The codes may be written by the previous kernel.
             griddepcontrol_wait();
             int i = 0;
-            for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
-                const int stage = ring_produce(ring, i, STAGE_BYTES);
+            for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
+                const int stage = ring_produce_tile(ring, stage_tiles, i, tile, STAGE_BYTES);
                 cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map,
                                                          tile_k0(tiles, tile) / 2, tile_m0(tiles, tile),
                                                          &ring.full[stage]);
             }
+            tickets_retire(tickets);
             griddepcontrol_launch_dependents();
+            ring_close(ring, stage_tiles, i);
         }
         return;
     }
@@ -57,11 +62,12 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / GROUP;
 
-    int i = 0;
-    for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+    for (int i = 0;; ++i) {
+        const int stage = ring_consume(ring, i);
+        const int tile = stage_tiles[stage];
+        if (tile < 0) break;
         const int m0 = tile_m0(tiles, tile);
         const int k0 = tile_k0(tiles, tile);
-        const int stage = ring_consume(ring, i);
         const u8* tile_codes = smem + stage * STAGE_BYTES;
         u32 codes[ITEMS];
 #pragma unroll

@@ -319,6 +319,19 @@ FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) 
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
 }
 
+// ---------------------------------------------------------------- global atomics
+FP4Q_DEVICE u32 atom_global_add_u32(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
+FP4Q_DEVICE u32 atom_acq_rel_gpu_global_add_u32(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
 FP4Q_DEVICE void st_global_u32(void* p, u32 a) {
     asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
 }

@@ -2,11 +2,12 @@
 // specialization + PDL.
 //
 // Warpgroup 0 is the producer: one thread streams input tiles into a ring of
-// NUM_STAGES shared-memory buffers with TMA, guarded by full/empty mbarriers.
-// The other warpgroups are consumers: they turn each tile into e2m1 codes and
-// e4m3 scales in shared memory and one of them TMA-stores the result. The
-// grid is persistent when launched with fewer CTAs than tiles, so the ring
-// runs across tiles. The constants before the #include come from the config.
+// NUM_STAGES shared-memory buffers with TMA, guarded by full/empty mbarriers,
+// and names each stage's tile. The other warpgroups are consumers: they turn
+// each tile into e2m1 codes and e4m3 scales in shared memory and one of them
+// TMA-stores the result. The grid is persistent when launched with fewer
+// CTAs than tiles, so the ring runs across tiles, in the order next_tile()
+// gives. The constants before the #include come from the config.
 #include "fp4_math.cuh"
 #include "tma_ring.cuh"
 
@@ -72,13 +73,15 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                         u8* __restrict__ sf_linear,
                         float tensor_sf_value,
                         const float* __restrict__ tensor_sf_ptr,
-                        i32 rows, i32 cols) {
+                        i32 rows, i32 cols,
+                        u32* __restrict__ tickets) {
     extern __shared__ u8 smem_raw[];
     // TMA swizzling needs 1024-byte aligned buffers; the launch adds the slack.
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
     const int groups = cols / SF_VEC;
     const Tiles tiles = tiles_of(rows, cols);
     const Ring ring = ring_init(smem + OFF_BARRIERS);
+    int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
 
     if (threadIdx.x < 128) {
 #if FP4Q_SETMAXNREG
@@ -90,8 +93,8 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             // our input must be visible before the first load.
             griddepcontrol_wait();
             int i = 0;
-            for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
-                const int stage = ring_produce(ring, i, IN_STAGE_BYTES);
+            for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
+                const int stage = ring_produce_tile(ring, stage_tiles, i, tile, IN_STAGE_BYTES);
                 const int m0 = tile_m0(tiles, tile);
                 const int k0 = tile_k0(tiles, tile);
                 u8* dst = smem + OFF_IN + stage * IN_STAGE_BYTES;
@@ -101,8 +104,10 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                                                              k0 + b * IN_BOX_K, m0, &ring.full[stage]);
                 }
             }
+            tickets_retire(tickets);
             // All loads are issued: the next kernel may start its prologue.
             griddepcontrol_launch_dependents();
+            ring_close(ring, stage_tiles, i);
         }
         return;
     }
@@ -122,8 +127,10 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
 #endif
     }
 
-    int i = 0;
-    for (int tile = blockIdx.x; tile < tiles.count; tile += gridDim.x, ++i) {
+    for (int i = 0;; ++i) {
+        const int stage = ring_consume(ring, i);
+        const int tile = stage_tiles[stage];
+        if (tile < 0) break;
         const int m0 = tile_m0(tiles, tile);
         const int k0 = tile_k0(tiles, tile);
         u8* q_tile = smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
@@ -131,7 +138,6 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
         u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;
 #endif
 
-        const int stage = ring_consume(ring, i);
         const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {

@@ -1,7 +1,8 @@
 """A small workload for compute-sanitizer: every shipped quantize config
 (NVFP4 and MXFP4; TMA, vector and plain kernels) on ragged shapes, both
 scale layouts, both tensor_sf modes (NVFP4), then every shipped dequantize
-config on both formats; each result checked against the reference.
+config on both formats, then a shape with more TMA tiles than CTAs (the
+dynamic tile order); each result checked against the reference.
 
 Outputs go into buffers pre-filled with 0xFF: a byte the kernel fails to
 write shows up as a mismatch, and initcheck (which does not see TMA stores
@@ -19,9 +20,12 @@ import numpy as np
 
 import fp4q
 from fp4q import reference
+from fp4q.dequantize_config import DequantizeConfig
 from fp4q.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
 
 SHAPES = [(129, 2176), (5, 64), (300, 512)]
+# More TMA tiles than CTAs, so the CTAs take their tiles from the stream's counter.
+DYNAMIC_SHAPE = (2048, 4096)
 SIMT_SHAPES = SHAPES + [(33, 80), (7, 16)]
 
 
@@ -63,6 +67,7 @@ def main() -> int:
                         print(f"MISMATCH {name} {m}x{k} {layout} device_sf={device_sf}", flush=True)
         print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
     failures += dequantize_pass(rng, start)
+    failures += dynamic_order_pass(rng, start)
     cp.cuda.Device().synchronize()
     print(f"sanitize workload: {len(configs)} quantize and {len(DEQUANTIZE)} dequantize configs, "
           f"{failures} mismatches", flush=True)
@@ -89,6 +94,31 @@ def dequantize_pass(rng, start: float) -> int:
                     failures += 1
                     print(f"MISMATCH {name} {fmt} {m}x{k}", flush=True)
         print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
+    return failures
+
+
+def dynamic_order_pass(rng, start: float) -> int:
+    """The default quantize config and the TMA dequantize configs on DYNAMIC_SHAPE, into 0xFF-filled outputs."""
+    failures = 0
+    m, k = DYNAMIC_SHAPE
+    bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    for layout in ("swizzled", "linear"):
+        q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.75, sf_layout=layout)
+        q = cp.full(q_ref.shape, 0xFF, dtype=cp.uint8)
+        sf = cp.full(sf_ref.shape, 0xFF, dtype=cp.uint8)
+        fp4q.quantize_nvfp4(cp.asarray(bits), 0.75, sf_layout=layout, out=q, sf_out=sf)
+        if not (np.array_equal(cp.asnumpy(q), q_ref) and np.array_equal(cp.asnumpy(sf), sf_ref)):
+            failures += 1
+            print(f"MISMATCH default config {m}x{k} {layout}", flush=True)
+    y_ref = reference.dequantize_nvfp4(q_ref, sf_ref, 0.75, sf_layout="linear", dtype="bfloat16").view(np.uint16)
+    for name, cfg in DEQUANTIZE.items():
+        if isinstance(cfg, DequantizeConfig):
+            out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
+            fp4q.dequantize_nvfp4(q, sf, 0.75, sf_layout="linear", out=out, config=cfg)
+            if not np.array_equal(cp.asnumpy(out), y_ref):
+                failures += 1
+                print(f"MISMATCH {name} {m}x{k}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  dynamic tile order, {m}x{k}", flush=True)
     return failures
 
 

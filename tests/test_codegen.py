@@ -115,7 +115,7 @@ def test_render_tma_constants(name):
         "OUT_BOX_K": cfg.output_box_k, "OUT_SWIZZLE": cfg.output_swizzle.value, "NUM_STAGES": cfg.num_stages,
         "NUM_OUT_BUFFERS": cfg.out_buffers, "CONSUMER_THREADS": cfg.consumer_threads,
         "MIN_CTAS_PER_SM": cfg.min_ctas_per_sm, "OFF_IN": smem.input, "OFF_Q": smem.q, "OFF_SF": smem.sf,
-        "OFF_BARRIERS": smem.barriers, "SF_VEC": cfg.sf_vec_size,
+        "OFF_BARRIERS": smem.barriers, "OFF_TILES": smem.tiles, "SF_VEC": cfg.sf_vec_size,
     }
     if cfg.setmaxnreg:
         want["PRODUCER_REGS"], want["CONSUMER_REGS"] = cfg.register_split

@@ -400,16 +400,19 @@ def test_smem_layout_alignment_and_sizes():
         assert sm.q % 1024 == 0 and sm.q >= cfg.num_stages * stage, cfg
         assert sm.sf % 128 == 0 and sm.sf >= sm.q + cfg.out_buffers * q_tile, cfg
         assert sm.barriers % 8 == 0 and sm.barriers >= sm.sf + cfg.out_buffers * sf_tile, cfg
-        # the slack for aligning the dynamic shared memory to 1024 bytes is included
-        assert sm.total == sm.barriers + 2 * cfg.num_stages * 8 + ALIGN_SLACK == sm.barriers + 16 * cfg.num_stages + 1024
+        # after the barriers, one int per stage naming its tile; then the slack for
+        # aligning the dynamic shared memory to 1024 bytes
+        assert sm.tiles == sm.barriers + 2 * cfg.num_stages * 8
+        assert sm.total == sm.tiles + 4 * cfg.num_stages + ALIGN_SLACK == sm.barriers + 20 * cfg.num_stages + 1024
         assert sm.total <= ARCHS[cfg.arch].max_smem_per_block
         assert cfg.min_ctas_per_sm * (sm.total + 1024) <= ARCHS[cfg.arch].smem_per_sm
 
 
 def test_smem_layout_of_the_default_config():
     sm = QuantizeConfig().smem
-    # 4 stages x 32 KiB input, 2 x 8 KiB codes, 2 x 1 KiB scales, 8 barriers, 1 KiB slack
-    assert (sm.input, sm.q, sm.sf, sm.barriers, sm.total) == (0, 131072, 147456, 149504, 149504 + 64 + 1024)
+    # 4 stages x 32 KiB input, 2 x 8 KiB codes, 2 x 1 KiB scales, 8 barriers, 4 stage tiles, 1 KiB slack
+    assert (sm.input, sm.q, sm.sf, sm.barriers, sm.tiles, sm.total) == (
+        0, 131072, 147456, 149504, 149504 + 64, 149504 + 64 + 16 + 1024)
     linear = QuantizeConfig(sf_layout="linear").smem
     assert linear.barriers == linear.sf == 147456  # no scale buffers in shared memory
 

@@ -106,7 +106,8 @@ def test_shared_memory_limits():
 def test_smem_layout():
     cfg = DequantizeConfig(tile_m=64, tile_k=256, num_stages=3)
     assert cfg.smem.barriers == 3 * 64 * 128
-    assert cfg.smem.total == 3 * 64 * 128 + 2 * 3 * 8 + 128
+    assert cfg.smem.tiles == 3 * 64 * 128 + 2 * 3 * 8  # one int per stage naming its tile
+    assert cfg.smem.total == 3 * 64 * 128 + 2 * 3 * 8 + 3 * 4 + 128
 
 
 def test_simt_threads_rule():
@@ -146,7 +147,7 @@ def test_render_flags_and_constants(fmt, mode, dtype, layout):
         assert d["FP4Q_TENSOR_SF_BY_POINTER"] == str(int(mode == "pointer"))
     assert prelude_constants(codegen.render(tma).source) == {
         "TILE_M": 64, "TILE_K": 256, "NUM_STAGES": 3, "CONSUMER_THREADS": 256, "MIN_CTAS_PER_SM": 2,
-        "OFF_BARRIERS": 3 * 64 * 128}
+        "OFF_BARRIERS": 3 * 64 * 128, "OFF_TILES": 3 * 64 * 128 + 2 * 3 * 8}
     assert prelude_constants(codegen.render(simt).source) == {"SIMT_THREADS": 128}
 
 

@@ -141,6 +141,10 @@ class FakeDriver:
         self.functions[int(function)] = config
         return kernels.LoadedKernel(config, None, dev, function, threads, smem, CTAS_PER_SM, None)
 
+    def counter_for(self, dev, stream):
+        """tile_tickets.counter_for: one made-up counter address per stream."""
+        return 0xC0DE0000 + 8 * stream
+
     def encode(self, spec, what):
         spec.validate(what)
         tensor_map = cu.CUtensorMap()
@@ -165,10 +169,10 @@ class FakeDriver:
         assert extra == 0 and isinstance(params, int)
         assert int(self.current) == int(self.context), "launched outside the device's context"
         kernel_config = self.functions[int(function)]
-        ptrs = (ctypes.c_void_p * 8).from_address(params)
+        ptrs = (ctypes.c_void_p * 9).from_address(params)
         if isinstance(kernel_config, QuantizeConfig):
             kinds = ("map", "map", "map", ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_int32,
-                     ctypes.c_int32)
+                     ctypes.c_int32, ctypes.c_void_p)
         else:
             kinds = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
                      ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
@@ -199,6 +203,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(kernels, "_load", fake.load)
     monkeypatch.setattr(kernels, "_loaded", {})
     monkeypatch.setattr(tma, "encode", fake.encode)
+    monkeypatch.setattr(plans, "counter_for", fake.counter_for)
     monkeypatch.setattr(plans, "_plans", {})
     monkeypatch.setattr(plans, "tensor_maps", TensorMapCache())
     for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuLaunchKernelEx"):
@@ -228,9 +233,10 @@ def vector_kernel_for_small_inputs(gpu, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ the pre-plan argument lists
-def legacy_args(cfg, view, q, sf, scale):
+def legacy_args(cfg, view, q, sf, scale, stream=0):
     """The grid and arguments the implementation before plans built (api._tma_launch / _simt_launch),
-    as (kind, bytes) pairs and ("map", TensorMapSpec)."""
+    as (kind, bytes) pairs and ("map", TensorMapSpec); since then the TMA kernel also takes its
+    stream's tile counter when its CTAs run more than one tile."""
     rows, cols = view["rows"], view["cols"]
     x_ptr, row_stride = view["ptr"], view["row_stride"]
     scale_args = [ctypes.c_float(scale[0]), ctypes.c_void_p(scale[1])]
@@ -248,7 +254,9 @@ def legacy_args(cfg, view, q, sf, scale):
             sf_spec, sf_linear = q_spec, sf.data.ptr
         tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
         grid = min(tiles, SM_COUNT * CTAS_PER_SM) if cfg.persistent else tiles
-        scalars = [ctypes.c_void_p(sf_linear), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols)]
+        tickets = FakeDriver.counter_for(None, None, stream) if grid < tiles else 0
+        scalars = [ctypes.c_void_p(sf_linear), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols),
+                   ctypes.c_void_p(tickets)]
         maps = [("map", in_spec), ("map", q_spec), ("map", sf_spec)]
     else:
         groups = cols // 16
@@ -275,7 +283,7 @@ def check_launch(launch, cfg_type, x, q, sf, tensor_sf, stream, pdl, row_stride=
         scale = (0.0, tensor_sf.data.ptr)
     else:
         scale = (float(np.float32(tensor_sf)), 0)
-    grid, args = legacy_args(cfg, view, q, sf, scale)
+    grid, args = legacy_args(cfg, view, q, sf, scale, stream)
     assert launch["grid"] == (grid, 1, 1)
     assert launch["block"] == (cfg.threads, 1, 1)
     assert launch["smem"] == (cfg.smem.total if isinstance(cfg, QuantizeConfig) else 0)
@@ -554,6 +562,21 @@ def test_pdl_and_stream_are_per_call(gpu):
     _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
     assert launch["stream"] == 0x4242
     assert plans.plan_count() == 1 and gpu.checked == 1
+
+
+def test_tile_counter_is_the_launch_streams_when_ctas_run_several_tiles(gpu):
+    cp = gpu.cupy
+    x = cp.array((1024, 8192))  # 1024 tiles of 128x64 for 264 CTAs
+    q, sf = cp.array((1024, 4096), np.uint8), swizzled(cp, 1024, 8192)
+    for stream in (None, 0x5678, FakeStream(0x9ABC, 0), 0x5678):
+        _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf, stream=stream)
+        handle = stream.ptr if isinstance(stream, FakeStream) else stream or 0
+        check_launch(launch, QuantizeConfig, x, q, sf, 1.0, handle, True)
+        assert launch["args"][-1] == ("c_void_p", bytes(ctypes.c_void_p(0xC0DE0000 + 8 * handle)))
+    one_tile_each = QuantizeConfig(persistent=False)
+    _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf, stream=0x5678, config=one_tile_each)
+    check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0x5678, True)
+    assert launch["args"][-1] == ("c_void_p", bytes(ctypes.c_void_p(0)))
 
 
 def test_default_stream_is_the_inputs_device(gpu):

@@ -61,6 +61,8 @@ MNEMONICS = {
     "ld_global_nc_v4": "ld.global.nc.v4",
     "st_global_v4": "st.global.v4",
     "st_global_u32": "st.global.u32",
+    "atom_global_add_u32": "atom.global.add.u32",
+    "atom_acq_rel_gpu_global_add_u32": "atom.acq_rel.gpu.global.add.u32",
 }
 # helpers that wrap no PTX instruction of their own
 HELPERS = {"f32_bits", "f32_from_bits", "smem_addr", "mbarrier_wait_parity"}
@@ -144,6 +146,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     z[threadIdx.x + 1] = bits ^ p0 ^ p1 ^ p2 ^ p3;
     st_global_v4(y + 4 * threadIdx.x, p0, p1, p2, p3);
     st_global_u32(z + 300 + threadIdx.x, p0);
+    z[700] = atom_global_add_u32(z + 600, 1u) + atom_acq_rel_gpu_global_add_u32(z + 601, 1u);
 }
 """
 
