@@ -3,7 +3,7 @@
 // pointers that TMA cannot address (a packed row stride that is not a
 // multiple of 16 bytes, misaligned bases). Same numerics header as the TMA
 // kernel, so the same bits.
-#include "fp4_math.cuh"
+#include "simt_quantize.cuh"
 #include "sf_layout.cuh"
 
 constexpr int WORDS = SF_VEC / 2;
@@ -13,12 +13,8 @@ FP4Q_DEVICE u32 load_pair(const u16* p) {
 }
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
-fp4q_quantize_fp4_simt(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                       u8* __restrict__ sf, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr,
-                       i32 rows, i32 cols) {
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
-    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
+fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
+    const TensorScale tsf = simt_quantize_prologue(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const int domain_groups = sf_domain_groups(groups);
     const i64 total = sf_domain_rows(rows) * domain_groups;

@@ -118,8 +118,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     const int ctid = threadIdx.x - 128;
     // Our outputs may still be read, and tensor_sf written, by the previous kernel.
     griddepcontrol_wait();
-    const float tensor_sf = launch_tensor_sf(tensor_sf_value, tensor_sf_ptr);
-    const float rcp_tensor_sf = rcp_rn(tensor_sf);
+    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     if (ctid == 0) {
         prefetch_tensormap(&q_map);
 #if FP4Q_SF_SWIZZLED
@@ -150,7 +149,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                 ld_shared_v4(in + in_offset(r, c * 64 + v * 8), w[4 * v], w[4 * v + 1], w[4 * v + 2],
                              w[4 * v + 3]);
             }
-            const Chunk64 out = quantize_chunk64<SF_VEC>(w, tensor_sf, rcp_tensor_sf);
+            const Chunk64 out = quantize_chunk64<SF_VEC>(w, tsf.value, tsf.rcp);
             st_shared_v4(q_tile + q_offset(r, c * 32), out.q[0], out.q[1], out.q[2], out.q[3]);
             st_shared_v4(q_tile + q_offset(r, c * 32 + 16), out.q[4], out.q[5], out.q[6], out.q[7]);
             const int row = m0 + r;

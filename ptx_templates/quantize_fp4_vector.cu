@@ -6,18 +6,14 @@
 // group sit in adjacent lanes and agree on its amax through butterfly
 // shuffles. Needs x rows and the outputs 16-byte aligned. Same numerics
 // header as the other kernels, so the same bits.
-#include "fp4_math.cuh"
+#include "simt_quantize.cuh"
 #include "sf_layout.cuh"
 
 constexpr int THREADS_PER_GROUP = SF_VEC / 8;
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
-fp4q_quantize_fp4_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                         u8* __restrict__ sf, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr,
-                         i32 rows, i32 cols) {
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
-    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
+fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
+    const TensorScale tsf = simt_quantize_prologue(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const int domain_groups = sf_domain_groups(groups);
     const i64 per_row = static_cast<i64>(domain_groups) * THREADS_PER_GROUP;

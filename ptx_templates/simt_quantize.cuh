@@ -1,0 +1,16 @@
+// What the two SIMT quantize kernels (vector and plain) share: one launch
+// ABI, which plans.SimtLauncher packs, and one prologue.
+#pragma once
+#include "fp4_math.cuh"
+
+#define FP4Q_SIMT_QUANTIZE_PARAMS                                                            \
+    const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf, \
+        float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, i32 rows, i32 cols
+
+// The previous kernel may write x or tensor_sf and still read q and sf: wait
+// for it, let the next kernel start its own prologue, then read the scale.
+FP4Q_DEVICE TensorScale simt_quantize_prologue(float tensor_sf_value, const float* tensor_sf_ptr) {
+    griddepcontrol_wait();
+    griddepcontrol_launch_dependents();
+    return tensor_scale(tensor_sf_value, tensor_sf_ptr);
+}
