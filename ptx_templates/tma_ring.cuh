@@ -76,8 +76,9 @@ FP4Q_DEVICE Tiles tiles_of(int rows, int cols) {
 // static: blockIdx.x, then steps of gridDim.x. With one, every CTA starts
 // at blockIdx.x and then takes tickets from `tickets[0]`, so CTAs on SMs
 // that move data faster take more tiles and all finish at about the same
-// time (SMs differ by several percent in bandwidth, which a static order
-// turns into a tail of about a tile and a half).
+// time. SMs differ by several percent in the bandwidth they get, and a
+// static order turns that into a tail of several tiles (8192x8192 on an
+// H200: CTAs finished between 40 and 48 us).
 FP4Q_DEVICE int next_tile(int tile, u32* tickets) {
     if (tickets == nullptr) return tile + static_cast<int>(gridDim.x);
     return static_cast<int>(gridDim.x + atom_global_add_u32(tickets, 1u));
