@@ -14,7 +14,8 @@ import pytest
 import fp4q._version
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
-from fp4q.jit.render import KernelSource, expand_includes, render, render_numerics_probe
+from fp4q.jit.render import KernelSource, expand_includes, render
+from fp4q.kernels.quantize import numerics_probe_spec
 from fp4q.jit.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
@@ -50,9 +51,9 @@ def assert_is_cubin(cubin: bytes, kernel_name: str) -> None:
 
 @pytest.mark.parametrize("arch, name, cfg", VARIANTS, ids=[f"{a}-{n}" for a, n, _ in VARIANTS])
 def test_variant_compiles_cleanly(arch, name, cfg, session_cache):
-    kernel = compile_source(render(cfg), cache=session_cache)
+    kernel = compile_source(render(cfg.spec), cache=session_cache)
     assert isinstance(kernel, CompiledKernel)
-    assert (kernel.arch, kernel.kernel_name) == (arch, render(cfg).kernel_name)
+    assert (kernel.arch, kernel.kernel_name) == (arch, render(cfg.spec).kernel_name)
     assert_is_cubin(kernel.cubin, kernel.kernel_name)
     log = kernel.log
     assert f"Compiling entry function '{kernel.kernel_name}' for '{arch}'" in log
@@ -77,7 +78,7 @@ def test_variant_compiles_cleanly(arch, name, cfg, session_cache):
 
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_numerics_probe_compiles(arch, session_cache):
-    kernel = compile_source(render_numerics_probe(arch), cache=session_cache)
+    kernel = compile_source(render(numerics_probe_spec(arch)), cache=session_cache)
     assert_is_cubin(kernel.cubin, "fp4q_numerics_probe")
     assert kernel.resources.spill_bytes == 0
 
@@ -86,7 +87,7 @@ def test_numerics_probe_compiles(arch, session_cache):
 @pytest.mark.parametrize("k", [64, 4096])
 def test_default_configs_compile_without_spills(arch, k, session_cache):
     # default_config(k <= 64) is not among the shipped variants (see test_variants), so compile it here
-    kernel = compile_source(render(default_config(1024, k, arch)), cache=session_cache)
+    kernel = compile_source(render(default_config(1024, k, arch).spec), cache=session_cache)
     assert_is_cubin(kernel.cubin, "fp4q_quantize_fp4_tma")
     assert kernel.resources.spill_bytes == 0
     assert "C7508" not in kernel.log
@@ -218,7 +219,7 @@ def test_second_compile_is_a_cache_hit(tmp_path):
 
 
 def test_default_variant_hit_in_session_cache(session_cache):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     first = compile_source(src, cache=session_cache)
     again = compile_source(src, cache=session_cache)
     assert again.cache_hit and again.cubin == first.cubin and again.key == first.key
@@ -308,13 +309,13 @@ def key_of(src: KernelSource) -> str:
 
 
 def test_key_is_stable():
-    src = render(QuantizeConfig())
-    assert key_of(src) == key_of(render(QuantizeConfig()))
+    src = render(QuantizeConfig().spec)
+    assert key_of(src) == key_of(render(QuantizeConfig().spec))
     assert len(key_of(src)) == 64
 
 
 def test_key_changes_with_nvrtc_version(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     before = key_of(src)
     monkeypatch.setattr(compiler, "compiler_identity", lambda: ("nvidia-cuda-nvrtc", "13.6.1"))
     newer = key_of(src)
@@ -330,7 +331,7 @@ def test_compiler_identity_names_the_nvrtc_wheel_or_version():
 
 
 def test_key_changes_with_package_version(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     before = key_of(src)
     monkeypatch.setattr(fp4q._version, "__version__", fp4q._version.__version__ + ".post1")
     after = key_of(src)
@@ -340,7 +341,7 @@ def test_key_changes_with_package_version(monkeypatch):
 
 
 def test_key_changes_with_source_arch_name_and_options(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     keys = {
         key_of(src),
         key_of(KernelSource(src.kernel_name, src.source + "\n", src.arch)),
@@ -362,7 +363,7 @@ def test_pack_roundtrip():
 
 def test_cold_compile_of_default_variant_is_fast(tmp_path):
     compiler.nvrtc_version()  # load NVRTC first: the budget is for the compile itself
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     start = time.perf_counter()
     kernel = compile_source(src, cache=BinaryCache(tmp_path))
     elapsed = time.perf_counter() - start
@@ -377,7 +378,7 @@ LOOKUP_SCRIPT = textwrap.dedent(
     from fp4q.jit import compiler
     from fp4q.kernels import quantize as config
     {prepare}
-    src = codegen.render(config.QuantizeConfig())
+    src = codegen.render(config.QuantizeConfig().spec)
     start = time.perf_counter()
     kernel = compiler.compile_source(src)
     ms = (time.perf_counter() - start) * 1e3
@@ -455,7 +456,7 @@ def test_parse_resources_empty_log():
 
 
 def test_resources_of_a_real_compile(session_cache):
-    kernel = compile_source(render(SimtConfig()), cache=session_cache)
+    kernel = compile_source(render(SimtConfig().spec), cache=session_cache)
     res = kernel.resources
     assert res == parse_resources(kernel.log)
     assert res.registers is not None and res.registers > 0

@@ -58,11 +58,11 @@ def test_names_unique_and_well_formed():
 
 
 def test_configs_unique():
-    # two names for one config would compile and test the same binary twice
+    # two names for one config would compile and test the same launch twice
     configs = list(SHIPPED.values())
     assert len(set(configs)) == len(configs)
-    sources = {codegen.render(c).source for c in configs}
-    assert len(sources) == len(configs)
+    launches = {(codegen.render(c.spec).source, c.spec.grid) for c in configs}
+    assert len(launches) == len(configs)
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
