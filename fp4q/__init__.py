@@ -6,14 +6,17 @@ and streams with TMA descriptors and programmatic dependent launch.
 """
 
 from ._version import __version__
-from .api import quantize_mxfp4, quantize_nvfp4
-from .compiler import CompileError
-from .dequantize import dequantize_mxfp4, dequantize_nvfp4
-from .dequantize_config import DequantizeConfig, DequantizeSimtConfig
-from .global_scale import global_scale
-from .config import ConfigError, QuantizeConfig, SimtConfig, Swizzle, default_config
-from .layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
-from .tma import TmaError
+from .ops.quantize import quantize_mxfp4, quantize_nvfp4
+from .jit.compiler import CompileError
+from .ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
+from .kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from .ops.global_scale import global_scale
+from .kernels.rules import ConfigError
+from .kernels.quantize import QuantizeConfig, SimtConfig, default_config
+from .kernels.spec import Swizzle
+from .numerics import layouts, reference
+from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
+from .cuda.tma import TmaError
 
 __all__ = [
     "__version__",

@@ -228,14 +228,14 @@ class Env:
 
         import fp4q
         import timing
-        from fp4q import reference
+        from fp4q.numerics import reference
 
         self.args = args
         self.cp, self.fp4q, self.timing, self.reference = cp, fp4q, timing, reference
         self.problems: list[str] = []  # failures: make the exit status 1
         self.findings: list[str] = []  # honest results worth reading, not failures
         self.torch, self.torch_status = _import_torch()
-        from fp4q.driver import device
+        from fp4q.cuda.driver import device
 
         self.device = device(cp.cuda.Device().id)
         self.torch_formula = None
@@ -746,7 +746,7 @@ FIRST_CALL_CHILD = textwrap.dedent(
     cp.cuda.Device().synchronize()
     t3 = time.perf_counter()
     try:
-        from fp4q import kernels
+        from fp4q.jit import loader as kernels
         hits = [bool(v.compiled.cache_hit) for v in kernels._loaded.values()]
     except Exception:
         hits = None  # fp4q's internals changed: unknown
@@ -938,7 +938,7 @@ def _versions(env) -> dict:
 
 
 def _driver(env) -> str:
-    from fp4q.driver import driver_version
+    from fp4q.cuda.driver import driver_version
 
     cuda = ".".join(map(str, driver_version()))
     try:
@@ -1167,7 +1167,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = "python3 " + shlex.join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
     try:
-        from fp4q._gpu_probe import gpu_status
+        from fp4q.cuda.driver import gpu_status
     except Exception as exc:  # noqa: BLE001
         print(f"cannot import fp4q ({type(exc).__name__}: {exc}); run from the repo or pip install -e .",
               file=sys.stderr)

@@ -16,7 +16,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 import fp4q  # noqa: E402
-from fp4q.variants import SHIPPED  # noqa: E402
+from fp4q.kernels.variants import SHIPPED  # noqa: E402
 from timing import copy_bytes, copy_fn, host_us_per_call, time_fn  # noqa: E402
 
 

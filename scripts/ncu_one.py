@@ -6,7 +6,7 @@ import cupy as cp
 import numpy as np
 
 import fp4q
-from fp4q.variants import SHIPPED
+from fp4q.kernels.variants import SHIPPED
 
 m, k = map(int, sys.argv[1].split("x"))
 cfg = SHIPPED.get(sys.argv[2]) if len(sys.argv) > 2 else None

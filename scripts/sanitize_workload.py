@@ -19,9 +19,9 @@ import cupy as cp
 import numpy as np
 
 import fp4q
-from fp4q import reference
-from fp4q.dequantize_config import DequantizeConfig
-from fp4q.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
+from fp4q.numerics import reference
+from fp4q.kernels.dequantize import DequantizeConfig
+from fp4q.kernels.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
 
 SHAPES = [(129, 2176), (5, 64), (300, 512)]
 # More TMA tiles than CTAs, so the CTAs take their tiles from the stream's counter.

@@ -29,9 +29,9 @@ import cupy as cp
 import numpy as np
 
 import fp4q
-from fp4q import reference
-from fp4q.config import QuantizeConfig, SimtConfig
-from fp4q.variants import SHIPPED
+from fp4q.numerics import reference
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.variants import SHIPPED
 
 MIB = 1 << 20
 MAX_LISTED = 20

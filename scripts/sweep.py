@@ -31,12 +31,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fp4q._gpu_probe import gpu_status  # noqa: E402
-from fp4q.cache import BinaryCache  # noqa: E402
-from fp4q.codegen import render  # noqa: E402
-from fp4q.compiler import compile_source  # noqa: E402
-from fp4q.config import ConfigError, QuantizeConfig, SimtConfig, Swizzle  # noqa: E402
-from fp4q.variants import SHIPPED, SIMT, all_variants  # noqa: E402
+from fp4q.cuda.driver import gpu_status  # noqa: E402
+from fp4q.jit.cache import BinaryCache  # noqa: E402
+from fp4q.jit.render import render  # noqa: E402
+from fp4q.jit.compiler import compile_source  # noqa: E402
+from fp4q.kernels.rules import ConfigError  # noqa: E402
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig  # noqa: E402
+from fp4q.kernels.spec import Swizzle  # noqa: E402
+from fp4q.kernels.variants import SHIPPED, SIMT, all_variants  # noqa: E402
 
 DEFAULT_M = (1, 16, 128, 1024, 4096, 8192, 16384)
 DEFAULT_K = (2048, 4096, 7168, 8192, 16384)
@@ -161,8 +163,8 @@ def gpu_sweep(args) -> list[dict]:
     import numpy as np
 
     import sweep_ops
-    from fp4q.driver import device as device_info
-    from fp4q.driver import driver_version
+    from fp4q.cuda.driver import device as device_info
+    from fp4q.cuda.driver import driver_version
     from timing import copy_fn_bytes, time_fn
 
     dev = device_info(cp.cuda.Device().id)
@@ -283,7 +285,7 @@ def best_per_class(rows, configs) -> dict[str, dict]:
     time / copy time over the class's measured shapes (only configs measured, bit-exact and with
     PDL, on every one of them compete): the config that serves the class, not the one that won a
     single shape of it."""
-    from fp4q.tuning import shape_class
+    from fp4q.kernels.tuning import shape_class
 
     scores: dict[str, dict[str, dict[tuple, float]]] = {}
     shapes: dict[str, set] = {}

@@ -17,8 +17,8 @@ import cupy as cp
 import numpy as np
 
 import fp4q
-from fp4q import reference
-from fp4q.variants import DEQUANTIZE, SHIPPED_MX, SIMT
+from fp4q.numerics import reference
+from fp4q.kernels.variants import DEQUANTIZE, SHIPPED_MX, SIMT
 
 OPS = ("nvfp4", "mxfp4", "dequantize", "dequantize_mx")
 

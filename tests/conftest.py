@@ -1,6 +1,6 @@
 import pytest
 
-from fp4q._gpu_probe import gpu_status
+from fp4q.cuda.driver import gpu_status
 
 
 def pytest_collection_modifyitems(config, items):

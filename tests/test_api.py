@@ -11,9 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from fp4q import reference
-from fp4q.config import QuantizeConfig, SimtConfig
-from fp4q.variants import SHIPPED, SHIPPED_MX, SIMT
+from fp4q.numerics import reference
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.variants import SHIPPED, SHIPPED_MX, SIMT
 
 from helpers import assert_bytes_equal, edge_groups, mixed_groups, random_bf16
 
@@ -184,13 +184,13 @@ def test_torch_bf16_input_zero_copy():
         import numpy as np
         import cupy as cp
         import fp4q
-        from fp4q import reference
+        from fp4q.numerics import reference
         import torch
 
         bits = (np.random.default_rng(17).standard_normal((256, 1024), dtype=np.float32).view(np.uint32)
                 >> 16).astype(np.uint16)
         t = torch.from_numpy(bits.view(np.int16)).cuda().view(torch.bfloat16)
-        assert fp4q.arrays.as_input(t).ptr == t.data_ptr(), "the tensor was copied"
+        assert fp4q.ops.arrays.as_input(t).ptr == t.data_ptr(), "the tensor was copied"
         q, sf = fp4q.quantize_nvfp4(t, 2.0)
         cp.cuda.get_current_stream().synchronize()
         q_ref, sf_ref = reference.quantize_nvfp4(bits, 2.0)

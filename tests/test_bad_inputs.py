@@ -96,7 +96,7 @@ def pytest_generate_tests(metafunc):
 
 def _forget_plans():
     try:
-        from fp4q import plans
+        from fp4q.ops import plans
     except ImportError:  # a version without stored plans
         return
     plans.clear()
@@ -165,7 +165,7 @@ def _quantize_with_buffers(cp, path, x, tensor_sf=1.0, sf_layout="swizzled", **k
 @pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
 def test_control_valid_call_writes_the_buffers(sf_layout):
     cp = _cp()
-    from fp4q import reference
+    from fp4q.numerics import reference
 
     x = _x(cp)
     out, sf_out = _buffers(cp, sf_layout)

@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 
-from fp4q import cache as cache_mod
-from fp4q.cache import BinaryCache, CacheWarning, cache_key, default_cache_dir
+from fp4q.jit import cache as cache_mod
+from fp4q.jit.cache import BinaryCache, CacheWarning, cache_key, default_cache_dir
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -346,7 +346,7 @@ def test_threads_share_one_cache(tmp_path):
 CHILD = textwrap.dedent(
     """
     import hashlib, os, sys, time, warnings
-    from fp4q.cache import BinaryCache, CacheWarning
+    from fp4q.jit.cache import BinaryCache, CacheWarning
 
     warnings.simplefilter("error", CacheWarning)
     directory, key, go = sys.argv[1:4]

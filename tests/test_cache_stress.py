@@ -23,11 +23,11 @@ import warnings
 import pytest
 
 import fp4q._version
-from fp4q import cache as cache_mod
-from fp4q import compiler
-from fp4q.cache import BinaryCache, CacheWarning
-from fp4q.codegen import render
-from fp4q.config import QuantizeConfig, SimtConfig
+from fp4q.jit import cache as cache_mod
+from fp4q.jit import compiler
+from fp4q.jit.cache import BinaryCache, CacheWarning
+from fp4q.jit.render import render
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROCESSES = 8
@@ -63,12 +63,12 @@ def _env(cache_dir):
 CHILD = textwrap.dedent(
     """
     import hashlib, os, sys, time, warnings
-    from fp4q.cache import CacheWarning
+    from fp4q.jit.cache import CacheWarning
     warnings.simplefilter("error", CacheWarning)
     go = sys.argv[1]
-    from fp4q.codegen import render
-    from fp4q.compiler import compile_source
-    from fp4q.config import QuantizeConfig
+    from fp4q.jit.render import render
+    from fp4q.jit.compiler import compile_source
+    from fp4q.kernels.quantize import QuantizeConfig
     src = render(QuantizeConfig())
     deadline = time.monotonic() + 60
     while not os.path.exists(go):
@@ -186,10 +186,10 @@ def test_full_disk_degrades_to_memory_with_one_warning(tmp_path, monkeypatch, so
 DEFAULT_CACHE_CHILD = textwrap.dedent(
     """
     import warnings
-    from fp4q.cache import CacheWarning
-    from fp4q.codegen import render
-    from fp4q.compiler import compile_source
-    from fp4q.config import QuantizeConfig, SimtConfig
+    from fp4q.jit.cache import CacheWarning
+    from fp4q.jit.render import render
+    from fp4q.jit.compiler import compile_source
+    from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kernels = [compile_source(render(c)) for c in (QuantizeConfig(), SimtConfig(), QuantizeConfig())]

@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 
-from fp4q import codegen
-from fp4q.codegen import KernelSource, expand_includes, render, render_numerics_probe, templates_dir
-from fp4q.config import QuantizeConfig, SimtConfig, Swizzle
+from fp4q.jit import render as codegen
+from fp4q.jit.render import KernelSource, expand_includes, render, render_numerics_probe, templates_dir
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.spec import Swizzle
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
@@ -46,8 +47,8 @@ def test_templates_dir_finds_ptx_templates():
 
 
 def test_templates_dir_missing_raises(monkeypatch, tmp_path):
-    # Pretend codegen.py lives in a checkout without ptx_templates.
-    monkeypatch.setattr(codegen, "__file__", str(tmp_path / "fp4q" / "codegen.py"))
+    # Pretend render.py lives in a checkout without ptx_templates.
+    monkeypatch.setattr(codegen, "__file__", str(tmp_path / "fp4q" / "jit" / "render.py"))
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "ptx_templates"))):
         templates_dir()
 

@@ -12,12 +12,13 @@ import time
 import pytest
 
 import fp4q._version
-from fp4q import compiler
-from fp4q.cache import BinaryCache
-from fp4q.codegen import KernelSource, expand_includes, render, render_numerics_probe
-from fp4q.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
-from fp4q.config import ARCHS, QuantizeConfig, SimtConfig, default_config
-from fp4q.variants import all_variants
+from fp4q.jit import compiler
+from fp4q.jit.cache import BinaryCache
+from fp4q.jit.render import KernelSource, expand_includes, render, render_numerics_probe
+from fp4q.jit.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
+from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
+from fp4q.kernels.variants import all_variants
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARCH_LIST = ("sm_90a", "sm_100a")
@@ -372,7 +373,9 @@ def test_cold_compile_of_default_variant_is_fast(tmp_path):
 LOOKUP_SCRIPT = textwrap.dedent(
     """
     import json, time
-    from fp4q import codegen, compiler, config
+    from fp4q.jit import render as codegen
+    from fp4q.jit import compiler
+    from fp4q.kernels import quantize as config
     {prepare}
     src = codegen.render(config.QuantizeConfig())
     start = time.perf_counter()

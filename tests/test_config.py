@@ -6,16 +6,11 @@ import re
 
 import pytest
 
-from fp4q import codegen
-from fp4q.config import (
-    ALIGN_SLACK,
-    ARCHS,
-    ConfigError,
-    QuantizeConfig,
-    SimtConfig,
-    Swizzle,
-    default_config,
-)
+from fp4q.jit import render as codegen
+from fp4q.kernels.quantize import ALIGN_SLACK, QuantizeConfig, SimtConfig, default_config
+from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.spec import Swizzle
 
 S = Swizzle
 
@@ -96,12 +91,12 @@ def test_tile_k_out_of_range_or_not_an_int(value):
 
 def test_input_box_larger_than_swizzle_span():
     # 128 bf16 = 256 bytes in a 128-byte swizzle span.
-    with raises_config("input_box_k spans 256 bytes, larger than the input_swizzle span of 128 bytes"):
+    with raises_config("input_box_k must fill the input_swizzle span of 128 bytes, got 256 bytes"):
         QuantizeConfig(input_box_k=128, input_swizzle=S.B128)
 
 
 def test_output_box_larger_than_swizzle_span():
-    with raises_config("output_box_k spans 64 bytes, larger than the output_swizzle span of 32 bytes"):
+    with raises_config("output_box_k must fill the output_swizzle span of 32 bytes, got 64 bytes"):
         QuantizeConfig(output_box_k=64, output_swizzle=S.B32)
 
 

@@ -11,12 +11,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp4q import codegen, reference
-from fp4q.compiler import compile_source
-from fp4q.config import ARCHS, ConfigError
-from fp4q.dequantize_config import DequantizeConfig, DequantizeSimtConfig
-from fp4q.layouts import swizzle_sf
-from fp4q.variants import DEQUANTIZE, all_variants, dequantize_variants
+from fp4q.jit import render as codegen
+from fp4q.numerics import reference
+from fp4q.jit.compiler import compile_source
+from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from fp4q.numerics.layouts import swizzle_sf
+from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 
 from helpers import assert_bytes_equal, random_bf16
 

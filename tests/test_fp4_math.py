@@ -9,17 +9,17 @@ import ctypes
 import numpy as np
 import pytest
 
-from fp4q import reference
+from fp4q.numerics import reference
 
 gpu = pytest.mark.gpu
 
 
 def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
     cp = pytest.importorskip("cupy")
-    from fp4q import driver
-    from fp4q.codegen import render_numerics_probe
-    from fp4q.compiler import compile_source
-    from fp4q.launch import launch
+    from fp4q.cuda import driver
+    from fp4q.jit.render import render_numerics_probe
+    from fp4q.jit.compiler import compile_source
+    from fp4q.cuda.launch import launch
 
     dev = driver.device(cp.cuda.Device().id)
     kernel = compile_source(render_numerics_probe(dev.arch))

@@ -27,9 +27,12 @@ from hypothesis import HealthCheck, Phase, given, note, reject, settings
 from hypothesis import strategies as st
 
 import fp4q
-from fp4q import layouts, reference
-from fp4q.config import ConfigError, QuantizeConfig, SimtConfig, Swizzle
-from fp4q.variants import SHIPPED, SIMT
+from fp4q.numerics import layouts
+from fp4q.numerics import reference
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.spec import Swizzle
+from fp4q.kernels.variants import SHIPPED, SIMT
 
 from helpers import assert_bytes_equal, random_bf16
 

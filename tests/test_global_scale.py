@@ -10,12 +10,13 @@ import re
 import numpy as np
 import pytest
 
-from fp4q import codegen, reference
-from fp4q.compiler import compile_source
-from fp4q.config import ConfigError
-from fp4q.global_scale_config import AmaxConfig, GlobalScaleConfig
-from fp4q.layouts import swizzled_sf_shape
-from fp4q.variants import GLOBAL_SCALE, all_variants
+from fp4q.jit import render as codegen
+from fp4q.numerics import reference
+from fp4q.jit.compiler import compile_source
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from fp4q.numerics.layouts import swizzled_sf_shape
+from fp4q.kernels.variants import GLOBAL_SCALE, all_variants
 
 from helpers import assert_bytes_equal, bf16_bits, edge_groups, random_bf16
 
@@ -203,7 +204,7 @@ def test_deterministic_and_stream_ordered():
 @gpu
 def test_repeated_calls_reuse_their_plan_with_new_pointers():
     import fp4q
-    gs = importlib.import_module("fp4q.global_scale")  # the package exports the function under this name
+    gs = importlib.import_module("fp4q.ops.global_scale")
 
     cp = _cp()
     rng = np.random.default_rng(9)

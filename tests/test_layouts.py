@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4q.layouts import swizzle_sf, swizzled_sf_offset, swizzled_sf_shape, unswizzle_sf
+from fp4q.numerics.layouts import swizzle_sf, swizzled_sf_offset, swizzled_sf_shape, unswizzle_sf
 
 ROWS = [0, 1, 2, 31, 32, 33, 127, 128, 129, 255, 256, 300]
 GROUPS = list(range(0, 10))
@@ -164,7 +164,7 @@ def test_validation_messages(call, exc, message):
 
 def test_numpy_path_does_not_import_cupy():
     # Load layouts.py on its own (not through fp4q/__init__) with cupy made unimportable.
-    path = pathlib.Path(__file__).resolve().parents[1] / "fp4q" / "layouts.py"
+    path = pathlib.Path(__file__).resolve().parents[1] / "fp4q" / "numerics" / "layouts.py"
     script = f"""
 import importlib.util, sys
 sys.modules["cupy"] = None

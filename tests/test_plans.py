@@ -21,11 +21,18 @@ import types
 import numpy as np
 import pytest
 
-from fp4q import api, arrays, driver, kernels, plans, tma, tuning
-from fp4q.config import ConfigError, QuantizeConfig, SimtConfig
-from fp4q.launch import LaunchTemplate
-from fp4q.layouts import swizzled_sf_shape
-from fp4q.tma import TensorMapCache, TensorMapSpec
+from fp4q.ops import quantize as api
+from fp4q.ops import arrays
+from fp4q.cuda import driver
+from fp4q.jit import loader as kernels
+from fp4q.ops import plans
+from fp4q.cuda import tma
+from fp4q.kernels import tuning
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.cuda.launch import LaunchTemplate
+from fp4q.numerics.layouts import swizzled_sf_shape
+from fp4q.cuda.tma import TensorMapCache, TensorMapSpec
 
 cu = pytest.importorskip("cuda.bindings.driver")
 

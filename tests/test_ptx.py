@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from fp4q import compiler
-from fp4q.cache import BinaryCache
-from fp4q.codegen import KernelSource, expand_includes
-from fp4q.compiler import CompileError, compile_source
+from fp4q.jit import compiler
+from fp4q.jit.cache import BinaryCache
+from fp4q.jit.render import KernelSource, expand_includes
+from fp4q.jit.compiler import CompileError, compile_source
 
 HEADER = expand_includes("ptx.cuh")
 

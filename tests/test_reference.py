@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4q.layouts import swizzled_sf_offset, unswizzle_sf
-from fp4q.reference import (
+from fp4q.numerics.layouts import swizzled_sf_offset, unswizzle_sf
+from fp4q.numerics.reference import (
     dequantize_mxfp4,
     dequantize_nvfp4,
     e2m1_decode,

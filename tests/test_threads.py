@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import fp4q
-from fp4q import reference
-from fp4q.config import QuantizeConfig, SimtConfig
-from fp4q.variants import SHIPPED
+from fp4q.numerics import reference
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.variants import SHIPPED
 
 from helpers import assert_bytes_equal, random_bf16
 
@@ -68,7 +68,7 @@ def _tma_ok(k):
 
 def test_eight_threads_quantize_bit_exact():
     cp = _cp()
-    map_cache = getattr(fp4q.api, "tensor_map_cache", None)
+    map_cache = getattr(fp4q.ops.quantize, "tensor_map_cache", None)
     hits_before = map_cache().hits if map_cache else 0
 
     def prepare(i):
@@ -138,8 +138,8 @@ def test_eight_threads_quantize_bit_exact():
 @pytest.mark.parametrize("base", [FRESH_TMA_2, FRESH_SIMT_2], ids=["tma", "simt"])
 def test_kernel_cache_hands_racing_threads_one_loaded_kernel(base):
     cp = _cp()
-    from fp4q import driver
-    from fp4q.kernels import get_kernel
+    from fp4q.cuda import driver
+    from fp4q.jit.loader import get_kernel
 
     arch = driver.device(0).arch
     cfg = base.replace(sf_layout="linear", tensor_sf_mode="pointer", input_dtype="bfloat16", arch=arch)

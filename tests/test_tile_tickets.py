@@ -9,7 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from fp4q import driver, reference, tile_tickets
+from fp4q.cuda import driver
+from fp4q.numerics import reference
+from fp4q.cuda import tile_tickets
 from helpers import assert_bytes_equal, random_bf16
 
 cu = pytest.importorskip("cuda.bindings.driver")

@@ -5,9 +5,10 @@ import re
 
 import pytest
 
-from fp4q import tma
-from fp4q.config import QuantizeConfig, Swizzle
-from fp4q.tma import TensorMapCache, TensorMapSpec, TmaError
+from fp4q.cuda import tma
+from fp4q.kernels.quantize import QuantizeConfig
+from fp4q.kernels.spec import Swizzle
+from fp4q.cuda.tma import TensorMapCache, TensorMapSpec, TmaError
 
 S = Swizzle
 

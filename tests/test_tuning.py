@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fp4q import tuning
-from fp4q.config import QuantizeConfig, SimtConfig, default_config, default_mx_config
+from fp4q.kernels import tuning
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import sweep  # noqa: E402

@@ -5,9 +5,12 @@ import re
 
 import pytest
 
-from fp4q import codegen
-from fp4q.config import ARCHS, ConfigError, QuantizeConfig, SimtConfig, Swizzle, default_config
-from fp4q.variants import SHIPPED_MX, SHIPPED, SIMT, all_variants
+from fp4q.jit import render as codegen
+from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.rules import ConfigError
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
+from fp4q.kernels.spec import Swizzle
+from fp4q.kernels.variants import SHIPPED_MX, SHIPPED, SIMT, all_variants
 
 S = Swizzle
 
@@ -110,7 +113,7 @@ def test_default_configs_are_shipped(k):
 
 def test_tuned_table_configs_are_compiled_variants():
     names = quantize_variants("sm_90a")
-    from fp4q.tuning import tuned_table
+    from fp4q.kernels.tuning import tuned_table
 
     compiled = {cfg.replace(sf_layout="swizzled", tensor_sf_mode="value") for cfg in names.values()}
     assert tuned_table("sm_90a"), "the sm_90a tuned table is shipped"

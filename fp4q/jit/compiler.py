@@ -18,9 +18,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import _version
+from .. import _version
 from .cache import BinaryCache, cache_key
-from .codegen import KernelSource
+from .render import KernelSource
 
 BASE_OPTIONS = (
     "-std=c++17",

@@ -11,10 +11,10 @@ import functools
 import threading
 from dataclasses import dataclass
 
-from .codegen import render
+from .render import render
 from .compiler import CompiledKernel, compile_source
-from .config import QuantizeConfig, SimtConfig
-from .driver import Device, _cu, check, device, in_context
+from ..kernels.quantize import QuantizeConfig, SimtConfig
+from ..cuda.driver import Device, _cu, check, device, in_context
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ import pathlib
 import re
 from dataclasses import dataclass, fields
 
-from .config import ARCHS, QuantizeConfig, SimtConfig
-from .dequantize_config import DequantizeConfig, DequantizeSimtConfig
-from .global_scale_config import AmaxConfig, GlobalScaleConfig
+from ..kernels.archs import ARCHS
+from ..kernels.quantize import QuantizeConfig, SimtConfig
+from ..kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
@@ -41,7 +42,7 @@ def templates_dir() -> pathlib.Path:
             return pathlib.Path(str(header)).parent
     except ModuleNotFoundError:
         pass
-    checkout = pathlib.Path(__file__).resolve().parent.parent / "ptx_templates"
+    checkout = pathlib.Path(__file__).resolve().parents[2] / "ptx_templates"
     if (checkout / "ptx.cuh").is_file():
         return checkout
     raise FileNotFoundError(

@@ -4,9 +4,10 @@ exercised on the GPU."""
 
 from __future__ import annotations
 
-from .config import SF_LAYOUTS, QuantizeConfig, SimtConfig, Swizzle
-from .dequantize_config import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
-from .global_scale_config import AmaxConfig, GlobalScaleConfig
+from .quantize import QuantizeConfig, SF_LAYOUTS, SimtConfig
+from .spec import Swizzle
+from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
+from .global_scale import AmaxConfig, GlobalScaleConfig
 
 S = Swizzle
 
@@ -95,7 +96,7 @@ def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSim
 
 def tuned_variants() -> dict[str, QuantizeConfig]:
     """The configs of the shipped tuned tables, by shape class."""
-    from .config import ARCHS
+    from .archs import ARCHS
     from .tuning import tuned_table
 
     return {f"tuned_{arch}[{cls}]": cfg for arch in ARCHS for cls, cfg in tuned_table(arch).items()}

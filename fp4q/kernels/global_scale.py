@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import ARCHS, INPUT_DTYPES, _check, _check_choice
+from .archs import check_arch
+from .quantize import INPUT_DTYPES
+from .rules import check_choice, require
 
 BLOCK_SIZES = (128, 256, 512, 1024)
 
@@ -24,10 +26,10 @@ class AmaxConfig:
     arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
-        _check_choice("arch", self.arch, tuple(ARCHS))
-        _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check_choice("threads", self.threads, BLOCK_SIZES)
-        _check(isinstance(self.vector_loads, bool), f"vector_loads must be a bool, got {self.vector_loads!r}")
+        check_arch(self.arch)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        check_choice("threads", self.threads, BLOCK_SIZES)
+        require(isinstance(self.vector_loads, bool), f"vector_loads must be a bool, got {self.vector_loads!r}")
 
     def replace(self, **changes) -> "AmaxConfig":
         return dataclasses.replace(self, **changes)
@@ -41,8 +43,8 @@ class GlobalScaleConfig:
     arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
-        _check_choice("arch", self.arch, tuple(ARCHS))
-        _check_choice("threads", self.threads, BLOCK_SIZES)
+        check_arch(self.arch)
+        check_choice("threads", self.threads, BLOCK_SIZES)
 
     def replace(self, **changes) -> "GlobalScaleConfig":
         return dataclasses.replace(self, **changes)

@@ -7,7 +7,9 @@ import functools
 import json
 import pathlib
 
-from .config import ConfigError, QuantizeConfig, SimtConfig, Swizzle, default_config, default_mx_config
+from .rules import ConfigError
+from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
+from .spec import Swizzle
 
 M_BUCKETS = (16, 128, 1024, 4096)  # upper bounds; larger M is the last class
 K_BUCKETS = (2048, 4096, 8192)

@@ -25,11 +25,11 @@ import math
 import struct
 import threading
 
-from .config import Swizzle
-from .driver import in_context, is_current
-from .launch import LaunchTemplate
-from .tile_tickets import counter_for
-from .tma import TensorMapCache, TensorMapSpec
+from ..kernels.spec import Swizzle
+from ..cuda.driver import in_context, is_current
+from ..cuda.launch import LaunchTemplate
+from ..cuda.tile_tickets import counter_for
+from ..cuda.tma import TensorMapCache, TensorMapSpec
 
 PLAN_CAPACITY = 1024
 MAPS_PER_LAUNCHER = 64

@@ -9,38 +9,16 @@ pipeline (rendering, compiling, launching) trusts it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass
 
-TMA_MAX_BOX_DIM = 256
+from .archs import ARCHS, check_arch, check_fits_sm
+from .rules import ConfigError, align_up, check_choice, check_int, require
+from .spec import MAX_BOX_DIM, Swizzle
+
 WARPGROUP = 128
 SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
 CHUNK_K = 64  # elements per 4-group chunk, the unit of one consumer step
 ALIGN_SLACK = 1024  # dynamic shared memory is only 16-byte aligned at entry
-
-
-class Swizzle(enum.IntEnum):
-    """TMA shared-memory swizzle modes, valued by the span in bytes."""
-
-    NONE = 0
-    B32 = 32
-    B64 = 64
-    B128 = 128
-
-
-@dataclass(frozen=True)
-class ArchLimits:
-    max_smem_per_block: int
-    smem_per_sm: int
-    regs_per_sm: int
-    max_threads_per_sm: int
-    has_cvt_e2m1: bool
-
-
-ARCHS: dict[str, ArchLimits] = {
-    "sm_90a": ArchLimits(232448, 233472, 65536, 2048, has_cvt_e2m1=False),
-    "sm_100a": ArchLimits(232448, 233472, 65536, 2048, has_cvt_e2m1=True),
-}
 
 SF_LAYOUTS = ("swizzled", "linear")
 MX_MODES = ("rceil", "floor")
@@ -48,70 +26,18 @@ TENSOR_SF_MODES = ("value", "pointer")
 INPUT_DTYPES = ("bfloat16", "float16")
 
 
-class ConfigError(ValueError):
-    """A config field breaks a rule; the message names field, value and rule."""
-
-
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
-def _check_choice(field: str, value, choices) -> None:
-    # Exact types: 128.0 == 128 would otherwise pass and change the rendered source.
-    ok = any(type(value) is type(c) and value == c for c in choices)
-    _check(ok, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-
-
-def _check_int(field: str, value, lo: int, hi: int) -> None:
-    _check(
-        isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi,
-        f"{field} must be an integer in [{lo}, {hi}], got {value!r}",
-    )
-
-
 def _check_box(prefix: str, box_bytes: int, swizzle: Swizzle, tile_bytes: int) -> None:
     """The TMA rules for a box's inner dimension (shared by input and output)."""
     box = f"{prefix}_box_k"
-    _check(box_bytes % 16 == 0, f"{box} must span a multiple of 16 bytes (TMA), got {box_bytes} bytes")
+    require(box_bytes % 16 == 0, f"{box} must span a multiple of 16 bytes (TMA), got {box_bytes} bytes")
     if swizzle != Swizzle.NONE:
-        _check(
-            box_bytes <= swizzle.value,
-            f"{box} spans {box_bytes} bytes, larger than the {prefix}_swizzle span of {swizzle.value} bytes",
-        )
-        _check(
+        require(
             box_bytes == swizzle.value,
             f"{box} must fill the {prefix}_swizzle span of {swizzle.value} bytes, got {box_bytes} bytes",
         )
-    _check(
+    require(
         tile_bytes % box_bytes == 0,
         f"{box} ({box_bytes} bytes) must divide the {prefix} tile row ({tile_bytes} bytes)",
-    )
-
-
-def check_fits_sm(cfg) -> None:
-    """The occupancy rules shared by every TMA kernel config: its shared memory
-    per block, and ``min_ctas_per_sm`` CTAs of it (memory and threads) per SM."""
-    limits = ARCHS[cfg.arch]
-    smem = cfg.smem.total
-    _check(
-        smem <= limits.max_smem_per_block,
-        f"shared memory of {smem} bytes (num_stages={cfg.num_stages}, tile {cfg.tile_m}x{cfg.tile_k}) "
-        f"exceeds the {cfg.arch} limit of {limits.max_smem_per_block} bytes per block",
-    )
-    _check(
-        cfg.min_ctas_per_sm * (smem + 1024) <= limits.smem_per_sm,
-        f"min_ctas_per_sm={cfg.min_ctas_per_sm} CTAs of {smem} bytes of shared memory do not fit "
-        f"in the {limits.smem_per_sm} bytes of one {cfg.arch} SM",
-    )
-    _check(
-        cfg.min_ctas_per_sm * cfg.threads <= limits.max_threads_per_sm,
-        f"min_ctas_per_sm={cfg.min_ctas_per_sm} CTAs of {cfg.threads} threads exceed "
-        f"{limits.max_threads_per_sm} threads per SM",
     )
 
 
@@ -172,33 +98,33 @@ class QuantizeConfig:
         self._validate()
 
     def _validate(self) -> None:
-        _check_choice("arch", self.arch, tuple(ARCHS))
-        _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
-        _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
-        _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
-        _check_choice("mx_mode", self.mx_mode, MX_MODES)
+        check_arch(self.arch)
+        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
+        check_choice("mx_mode", self.mx_mode, MX_MODES)
         if self.sf_vec_size == 32:
-            _check(
+            require(
                 self.tile_k % 128 == 0,
                 f"tile_k must be a multiple of 128 for sf_vec_size=32 (one 128x4 block of MXFP4 scales), "
                 f"got {self.tile_k}",
             )
-        _check_choice("tile_m", self.tile_m, (128, 256))
-        _check_int("tile_k", self.tile_k, CHUNK_K, 1024)
-        _check(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
-        _check_int("input_box_k", self.input_box_k, 1, TMA_MAX_BOX_DIM)
-        _check_int("output_box_k", self.output_box_k, 1, TMA_MAX_BOX_DIM)
+        check_choice("tile_m", self.tile_m, (128, 256))
+        check_int("tile_k", self.tile_k, CHUNK_K, 1024)
+        require(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
+        check_int("input_box_k", self.input_box_k, 1, MAX_BOX_DIM)
+        check_int("output_box_k", self.output_box_k, 1, MAX_BOX_DIM)
         _check_box("input", self.input_box_k * 2, self.input_swizzle, self.tile_k * 2)
         _check_box("output", self.output_box_k, self.output_swizzle, self.tile_k // 2)
-        _check_int("num_stages", self.num_stages, 1, 16)
-        _check_int("consumer_warpgroups", self.consumer_warpgroups, 1, 3)
-        _check_int("out_buffers", self.out_buffers, 2, 4)
-        _check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 4)
-        _check(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
-        _check(isinstance(self.setmaxnreg, bool), f"setmaxnreg must be a bool, got {self.setmaxnreg!r}")
+        check_int("num_stages", self.num_stages, 1, 16)
+        check_int("consumer_warpgroups", self.consumer_warpgroups, 1, 3)
+        check_int("out_buffers", self.out_buffers, 2, 4)
+        check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 4)
+        require(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
+        require(isinstance(self.setmaxnreg, bool), f"setmaxnreg must be a bool, got {self.setmaxnreg!r}")
         chunks = self.tile_m * self.tile_k // CHUNK_K
-        _check(
+        require(
             chunks % self.consumer_threads == 0,
             f"tile_m * tile_k / {CHUNK_K} = {chunks} chunks must split evenly over "
             f"consumer_warpgroups * {WARPGROUP} = {self.consumer_threads} threads",
@@ -243,9 +169,9 @@ class QuantizeConfig:
         stage = self.tile_m * self.tile_k * 2
         q_tile = self.tile_m * self.tile_k // 2
         sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.sf_layout == "swizzled" else 0
-        q = _align(self.num_stages * stage, 1024)
-        sf = _align(q + self.out_buffers * q_tile, 128)
-        barriers = _align(sf + self.out_buffers * sf_tile, 8)
+        q = align_up(self.num_stages * stage, 1024)
+        sf = align_up(q + self.out_buffers * q_tile, 128)
+        barriers = align_up(sf + self.out_buffers * sf_tile, 8)
         tiles = barriers + 2 * self.num_stages * 8  # the tile index of each stage
         end = tiles + 4 * self.num_stages
         return SmemLayout(input=0, q=q, sf=sf, barriers=barriers, tiles=tiles, total=end + ALIGN_SLACK)
@@ -284,14 +210,14 @@ class SimtConfig:
     arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
-        _check_choice("arch", self.arch, tuple(ARCHS))
-        _check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
-        _check_choice("mx_mode", self.mx_mode, MX_MODES)
-        _check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
-        _check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
-        _check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        _check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
-        _check(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
+        check_arch(self.arch)
+        check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
+        check_choice("mx_mode", self.mx_mode, MX_MODES)
+        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
+        require(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)
@@ -305,7 +231,7 @@ def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
     H200 sweep (docs/sweep_h200.csv): many small CTAs hide latency better
     than a few deep pipelines.
     """
-    _check_choice("arch", arch, tuple(ARCHS))
+    check_arch(arch)
     return QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=Swizzle.B32, num_stages=2,
                           consumer_warpgroups=1, min_ctas_per_sm=3, arch=arch)
 
@@ -314,5 +240,5 @@ def default_mx_config(arch: str = "sm_90a") -> QuantizeConfig:
     """The MXFP4 config when none is given: 128x128 tiles (whole 128x4 scale
     blocks of 32-element groups), two stages, one consumer warpgroup, two
     CTAs per SM, the NVFP4 sweep's all-round shape scaled to the MXFP4 block."""
-    _check_choice("arch", arch, tuple(ARCHS))
+    check_arch(arch)
     return QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=2, arch=arch)

@@ -18,11 +18,11 @@ import threading
 
 import numpy as np
 
-from . import driver
+from ..cuda import driver
 from .arrays import InputView, _cupy, as_input, empty_on, stream_handle
-from .global_scale_config import AmaxConfig, GlobalScaleConfig
-from .kernels import get_kernel
-from .launch import LaunchTemplate
+from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from ..jit.loader import get_kernel
+from ..cuda.launch import LaunchTemplate
 from .plans import launch_in_context, put_bounded
 
 _MAX_ROWS = 2**31 - 1

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arrays, driver, plans
+from . import arrays
+from ..cuda import driver
+from . import plans
 from .arrays import (
     TENSOR_SF_MAX,
     TENSOR_SF_MIN,
@@ -26,12 +28,12 @@ from .arrays import (
     sf_shape,
     stream_handle,
 )
-from .config import SF_LAYOUTS, QuantizeConfig, SimtConfig
+from ..kernels.quantize import QuantizeConfig, SF_LAYOUTS, SimtConfig
 from .global_scale import global_scale
-from .kernels import get_kernel
+from ..jit.loader import get_kernel
 from .plans import SimtLauncher, TmaLauncher
-from .tma import TensorMapCache
-from .tuning import choose_config
+from ..cuda.tma import TensorMapCache
+from ..kernels.tuning import choose_config
 
 _MAX_ROWS = 2**31 - 1
 

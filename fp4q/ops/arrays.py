@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layouts import swizzled_sf_shape
+from ..numerics.layouts import swizzled_sf_shape
 
 TENSOR_SF_MIN = 2.0**-126
 TENSOR_SF_MAX = 2.0**100

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import driver
+from ..cuda import driver
 from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, check_rows_flatten, empty_on, stream_handle
-from .config import SF_LAYOUTS, Swizzle
-from .dequantize_config import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
-from .kernels import get_kernel
-from .launch import TensorMapArg, launch
-from .layouts import swizzled_sf_shape
-from .tile_tickets import counter_for
-from .tma import TensorMapCache, TensorMapSpec
+from ..kernels.quantize import SF_LAYOUTS
+from ..kernels.spec import Swizzle
+from ..kernels.dequantize import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
+from ..jit.loader import get_kernel
+from ..cuda.launch import TensorMapArg, launch
+from ..numerics.layouts import swizzled_sf_shape
+from ..cuda.tile_tickets import counter_for
+from ..cuda.tma import TensorMapCache, TensorMapSpec
 
 _tensor_maps = TensorMapCache()
 _MAX_ROWS = 2**31 - 1

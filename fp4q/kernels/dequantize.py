@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import ARCHS, SF_LAYOUTS, TMA_MAX_BOX_DIM, _align, _check, _check_choice, _check_int, check_fits_sm
+from .archs import check_arch, check_fits_sm
+from .quantize import SF_LAYOUTS
+from .spec import MAX_BOX_DIM
+from .rules import align_up, check_choice, check_int, require
 
 FORMATS = ("nvfp4", "mxfp4")
 OUT_DTYPES = ("bfloat16", "float32")
@@ -27,12 +30,12 @@ def tensor_sf_modes(fmt: str) -> tuple[str, ...]:
 
 
 def _check_call_fields(cfg) -> None:
-    _check_choice("arch", cfg.arch, tuple(ARCHS))
-    _check_choice("fmt", cfg.fmt, FORMATS)
-    _check_choice("out_dtype", cfg.out_dtype, OUT_DTYPES)
-    _check_choice("sf_layout", cfg.sf_layout, SF_LAYOUTS)
+    check_arch(cfg.arch)
+    check_choice("fmt", cfg.fmt, FORMATS)
+    check_choice("out_dtype", cfg.out_dtype, OUT_DTYPES)
+    check_choice("sf_layout", cfg.sf_layout, SF_LAYOUTS)
     modes = tensor_sf_modes(cfg.fmt)
-    _check(
+    require(
         cfg.tensor_sf_mode in modes,
         f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={cfg.fmt!r}, "
         f"got {cfg.tensor_sf_mode!r}",
@@ -72,24 +75,24 @@ class DequantizeConfig:
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
-        _check_int("tile_m", self.tile_m, 1, TMA_MAX_BOX_DIM)
-        _check_int("tile_k", self.tile_k, 32, 2 * TMA_MAX_BOX_DIM)
-        _check(
+        check_int("tile_m", self.tile_m, 1, MAX_BOX_DIM)
+        check_int("tile_k", self.tile_k, 32, 2 * MAX_BOX_DIM)
+        require(
             self.tile_k % 32 == 0,
             f"tile_k must be a multiple of 32 (a tile row of codes is whole 16-byte TMA chunks and whole "
             f"MXFP4 groups), got {self.tile_k}",
         )
-        _check_int("num_stages", self.num_stages, 1, 16)
-        _check_int("consumer_warps", self.consumer_warps, 1, 31)
-        _check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 8)
-        _check(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
+        check_int("num_stages", self.num_stages, 1, 16)
+        check_int("consumer_warps", self.consumer_warps, 1, 31)
+        check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 8)
+        require(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
         units = self.tile_m * self.tile_k // self.unit
-        _check(
+        require(
             units % self.consumer_threads == 0,
             f"tile_m * tile_k / {self.unit} = {units} output units ({self.out_dtype}) must split evenly over "
             f"consumer_warps * {WARP} = {self.consumer_threads} threads",
         )
-        _check(
+        require(
             units // self.consumer_threads <= MAX_UNITS_PER_THREAD,
             f"{units // self.consumer_threads} output units per consumer thread and tile exceed "
             f"{MAX_UNITS_PER_THREAD} (each holds its codes in a register): use a smaller tile or more consumer_warps",
@@ -120,7 +123,7 @@ class DequantizeConfig:
 
     @property
     def smem(self) -> DequantizeSmem:
-        barriers = _align(self.num_stages * self.tile_m * self.tile_k // 2, 8)
+        barriers = align_up(self.num_stages * self.tile_m * self.tile_k // 2, 8)
         tiles = barriers + 2 * self.num_stages * 8  # the tile index of each stage
         return DequantizeSmem(barriers=barriers, tiles=tiles, total=tiles + 4 * self.num_stages + TMA_SMEM_ALIGN)
 
@@ -141,7 +144,7 @@ class DequantizeSimtConfig:
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
-        _check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
+        check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
 
     @property
     def group_size(self) -> int:

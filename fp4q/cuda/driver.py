@@ -12,7 +12,30 @@ import functools
 import threading
 from dataclasses import dataclass
 
-from ._gpu_probe import gpu_status
+from ..kernels.archs import target_for
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_status() -> tuple[bool, str]:
+    """Whether this process can use an NVIDIA GPU: ``(available, reason)``.
+
+    Without a driver, cuda.bindings raises while loading libcuda instead of
+    returning an error code, so every failure is caught and becomes the reason.
+    """
+    try:
+        from cuda.bindings import driver
+    except Exception as exc:  # noqa: BLE001 - any import failure means no GPU path
+        return False, f"cuda.bindings is not importable: {exc}"
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as exc:  # noqa: BLE001 - missing libcuda raises here
+        return False, f"no CUDA driver library: {type(exc).__name__}: {exc}"
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False, f"cuInit failed: {err.name}"
+    err, count = driver.cuDeviceGetCount()
+    if err != driver.CUresult.CUDA_SUCCESS or count == 0:
+        return False, "the CUDA driver reports no device"
+    return True, f"{count} CUDA device(s)"
 
 
 class CudaError(RuntimeError):
@@ -69,8 +92,7 @@ class Device:
 
     @property
     def arch(self) -> str:
-        major, minor = self.compute_capability
-        return f"sm_{major}{minor}a"
+        return target_for(self.compute_capability)
 
 
 _device_lock = threading.Lock()

@@ -11,7 +11,7 @@ import collections
 import threading
 from dataclasses import dataclass
 
-from .config import Swizzle
+from ..kernels.spec import Swizzle
 from .driver import check
 
 MAX_RANK = 5

@@ -1,0 +1,34 @@
+"""The checks every config shares: each failure is a ``ConfigError`` whose
+message names the field, the value and the rule."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config field breaks a rule; the message names field, value and rule."""
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def check_choice(field: str, value, choices) -> None:
+    # Exact types: 128.0 == 128 would otherwise pass and change the rendered source.
+    ok = any(type(value) is type(c) and value == c for c in choices)
+    require(ok, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def check_int(field: str, value, lo: int, hi: int) -> None:
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi,
+        f"{field} must be an integer in [{lo}, {hi}], got {value!r}",
+    )
+
+
+def check_bool(field: str, value) -> None:
+    require(isinstance(value, bool), f"{field} must be a bool, got {value!r}")
