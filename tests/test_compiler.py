@@ -7,7 +7,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -358,17 +357,13 @@ def test_pack_roundtrip():
     assert compiler._unpack(payload) == (b"\x7fELF\x00\x01", 'log with "quotes" and ünïcode\n')
 
 
-# --- timing -----------------------------------------------------------------------------------------------------
+# --- cold compile and cached lookups (their times: scripts/compile_times.py) -----------------------------------
 
 
-def test_cold_compile_of_default_variant_is_fast(tmp_path):
-    compiler.nvrtc_version()  # load NVRTC first: the budget is for the compile itself
-    src = render(QuantizeConfig().spec)
-    start = time.perf_counter()
-    kernel = compile_source(src, cache=BinaryCache(tmp_path))
-    elapsed = time.perf_counter() - start
+def test_cold_compile_of_default_variant_misses_an_empty_cache(tmp_path):
+    kernel = compile_source(render(QuantizeConfig().spec), cache=BinaryCache(tmp_path))
     assert not kernel.cache_hit
-    assert elapsed < 1.5, f"cold compile took {elapsed:.3f} s"
+    assert_is_cubin(kernel.cubin, kernel.kernel_name)
 
 
 LOOKUP_SCRIPT = textwrap.dedent(
@@ -379,10 +374,8 @@ LOOKUP_SCRIPT = textwrap.dedent(
     from fp4q.kernels import quantize as config
     {prepare}
     src = codegen.render(config.QuantizeConfig().spec)
-    start = time.perf_counter()
     kernel = compiler.compile_source(src)
-    ms = (time.perf_counter() - start) * 1e3
-    print(json.dumps({{"ms": ms, "hit": kernel.cache_hit, "elf": kernel.cubin[:4] == b"\\x7fELF"}}))
+    print(json.dumps({{"hit": kernel.cache_hit, "elf": kernel.cubin[:4] == b"\\x7fELF"}}))
     """
 )
 
@@ -398,16 +391,13 @@ def run_lookup(cache_dir, prepare: str) -> dict:
     return result
 
 
-def cached_lookup_ms(cache_dir, prepare: str, runs: int = 3) -> float:
-    """Best of ``runs`` new processes, each timing one compile_source that hits the on-disk cache."""
+def assert_cached_lookups(cache_dir, prepare: str, runs: int = 3) -> None:
+    """``runs`` new processes, each looking up a kernel that is in the on-disk cache: every one a hit."""
     # Warm the directory from a subprocess too: it renders the templates as they are on disk now.
     run_lookup(cache_dir, prepare)
-    best = float("inf")
     for _ in range(runs):
         result = run_lookup(cache_dir, prepare)
         assert result["hit"], result
-        best = min(best, result["ms"])
-    return best
 
 
 @pytest.fixture(scope="session")
@@ -415,15 +405,12 @@ def warm_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fp4q-warm-cache")
 
 
-def test_cached_lookup_in_new_process_is_fast(warm_cache_dir):
-    # NVRTC loaded before timing: the cache lookup (key hash, disk read, checksum, unpack) alone
-    ms = cached_lookup_ms(warm_cache_dir, prepare="compiler.nvrtc_version()")
-    assert ms < 5.0, f"cached compile_source took {ms:.2f} ms"
+def test_cached_lookup_in_new_process_hits(warm_cache_dir):
+    assert_cached_lookups(warm_cache_dir, prepare="compiler.nvrtc_version()")
 
 
-def test_first_cached_lookup_in_new_process_is_under_5ms(warm_cache_dir):
-    ms = cached_lookup_ms(warm_cache_dir, prepare="")
-    assert ms < 5.0, f"first cached compile_source in a new process took {ms:.2f} ms"
+def test_first_cached_lookup_in_new_process_hits(warm_cache_dir):
+    assert_cached_lookups(warm_cache_dir, prepare="")
 
 
 # --- parse_resources --------------------------------------------------------------------------------------------
