@@ -1,11 +1,11 @@
 """Render the CUDA source of one kernel variant from a validated config.
 
 Templates in ``ptx_templates/`` hold all logic; rendering only writes the
-config as preprocessor flags and ``constexpr`` constants ahead of the kernel
-template and then inlines the ``#include "..."`` lines. The result is one
-self-contained translation unit: NVRTC needs no include path, and the text
-that is hashed for the binary cache is exactly the text that is compiled, so
-a header edit always changes the key.
+config as ``constexpr`` flags and constants ahead of the kernel template and
+then inlines the ``#include "..."`` lines (paths relative to the template
+root). The result is one self-contained translation unit: NVRTC needs no
+include path, and the text that is hashed for the binary cache is exactly
+the text that is compiled, so a header edit always changes the key.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from .global_scale_config import AmaxConfig, GlobalScaleConfig
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
+_SENTINEL = "ptx/types.cuh"
+# Flags the templates test with #if rather than `if constexpr`: the branch
+# they guard names constants that only exist when the flag is set.
+_PREPROCESSOR_FLAGS = frozenset({"FP4Q_SETMAXNREG"})
 
 
 @dataclass(frozen=True)
@@ -36,17 +40,17 @@ def templates_dir() -> pathlib.Path:
     try:
         # A directory without __init__.py is a namespace package, whose
         # files() is a MultiplexedPath; a file inside it is a real path.
-        header = importlib.resources.files("fp4q.ptx_templates").joinpath("ptx.cuh")
+        header = importlib.resources.files("fp4q.ptx_templates").joinpath(_SENTINEL)
         if header.is_file():
-            return pathlib.Path(str(header)).parent
+            return pathlib.Path(str(header)).parent.parent
     except ModuleNotFoundError:
         pass
     checkout = pathlib.Path(__file__).resolve().parent.parent / "ptx_templates"
-    if (checkout / "ptx.cuh").is_file():
+    if (checkout / _SENTINEL).is_file():
         return checkout
     raise FileNotFoundError(
         "fp4q's ptx_templates directory was not found: neither the installed "
-        f"package data 'fp4q.ptx_templates' nor {checkout} holds ptx.cuh"
+        f"package data 'fp4q.ptx_templates' nor {checkout} holds {_SENTINEL}"
     )
 
 
@@ -75,11 +79,16 @@ def expand_includes(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _flag_line(name: str, value: bool) -> str:
+    if name in _PREPROCESSOR_FLAGS:
+        return f"#define {name} {int(value)}"
+    return f"constexpr bool {name} = {'true' if value else 'false'};"
+
+
 def _prelude(config, constants: dict[str, int], flags: dict[str, bool]) -> str:
     summary = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in fields(config))
     lines = [f"// fp4q generated: {type(config).__name__}({summary})"]
-    for name, value in flags.items():
-        lines.append(f"#define {name} {int(value)}")
+    lines += [_flag_line(name, value) for name, value in flags.items()]
     if ARCHS[config.arch].has_cvt_e2m1:
         lines.append("#define FP4Q_HAS_CVT_E2M1 1")
     for name, value in constants.items():
@@ -88,14 +97,14 @@ def _prelude(config, constants: dict[str, int], flags: dict[str, bool]) -> str:
 
 
 def _common_flags(config) -> dict[str, bool]:
-    flags = {
+    # Every flag the quantize templates read, for every config: both branches
+    # of an `if constexpr` are compiled.
+    return {
         "FP4Q_INPUT_FP16": config.input_dtype == "float16",
         "FP4Q_TENSOR_SF_BY_POINTER": config.tensor_sf_mode == "pointer",
         "FP4Q_SF_SWIZZLED": config.sf_layout == "swizzled",
+        "FP4Q_MX_RCEIL": config.sf_vec_size == 32 and config.mx_mode == "rceil",
     }
-    if config.sf_vec_size == 32:
-        flags["FP4Q_MX_RCEIL"] = config.mx_mode == "rceil"
-    return flags
 
 
 def render_tma(config: QuantizeConfig) -> KernelSource:
@@ -122,14 +131,14 @@ def render_tma(config: QuantizeConfig) -> KernelSource:
     if config.setmaxnreg:
         constants.update(PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs)
     flags = {**_common_flags(config), "FP4Q_SETMAXNREG": config.setmaxnreg}
-    source = _prelude(config, constants, flags) + expand_includes("quantize_fp4_tma.cu")
+    source = _prelude(config, constants, flags) + expand_includes("kernels/quantize_fp4_tma.cu")
     return KernelSource("fp4q_quantize_fp4_tma", source, config.arch)
 
 
 def render_simt(config: SimtConfig) -> KernelSource:
     kind = "vector" if config.vector else "simt"
     source = _prelude(config, {"SIMT_THREADS": config.threads, "SF_VEC": config.sf_vec_size}, _common_flags(config))
-    source += expand_includes(f"quantize_fp4_{kind}.cu")
+    source += expand_includes(f"kernels/quantize_fp4_{kind}.cu")
     return KernelSource(f"fp4q_quantize_fp4_{kind}", source, config.arch)
 
 
@@ -137,10 +146,10 @@ def render_numerics_probe(arch: str) -> KernelSource:
     """A kernel that applies the numerics header to raw floats, for bit-exact tests."""
     limits = ARCHS[arch]
     flags = {"FP4Q_INPUT_FP16": False}
-    lines = [f"#define {k} {int(v)}" for k, v in flags.items()]
+    lines = [_flag_line(k, v) for k, v in flags.items()]
     if limits.has_cvt_e2m1:
         lines.append("#define FP4Q_HAS_CVT_E2M1 1")
-    source = "\n".join(lines) + "\n" + expand_includes("numerics_probe.cu")
+    source = "\n".join(lines) + "\n" + expand_includes("kernels/numerics_probe.cu")
     return KernelSource("fp4q_numerics_probe", source, arch)
 
 
@@ -163,24 +172,24 @@ def render_dequantize_tma(config: DequantizeConfig) -> KernelSource:
         "OFF_BARRIERS": config.smem.barriers,
         "OFF_TILES": config.smem.tiles,
     }
-    source = _prelude(config, constants, _dequantize_flags(config)) + expand_includes("dequantize_tma.cu")
+    source = _prelude(config, constants, _dequantize_flags(config)) + expand_includes("kernels/dequantize_tma.cu")
     return KernelSource("fp4q_dequantize_tma", source, config.arch)
 
 
 def render_dequantize_simt(config: DequantizeSimtConfig) -> KernelSource:
     source = _prelude(config, {"SIMT_THREADS": config.threads}, _dequantize_flags(config))
-    source += expand_includes("dequantize_simt.cu")
+    source += expand_includes("kernels/dequantize_simt.cu")
     return KernelSource("fp4q_dequantize_simt", source, config.arch)
 
 
 def render_amax(config: AmaxConfig) -> KernelSource:
     flags = {"FP4Q_INPUT_FP16": config.input_dtype == "float16", "FP4Q_VECTOR_LOADS": config.vector_loads}
-    source = _prelude(config, {"AMAX_THREADS": config.threads}, flags) + expand_includes("amax.cu")
+    source = _prelude(config, {"AMAX_THREADS": config.threads}, flags) + expand_includes("kernels/amax.cu")
     return KernelSource("fp4q_amax", source, config.arch)
 
 
 def render_global_scale(config: GlobalScaleConfig) -> KernelSource:
-    source = _prelude(config, {"SCALE_THREADS": config.threads}, {}) + expand_includes("global_scale.cu")
+    source = _prelude(config, {"SCALE_THREADS": config.threads}, {}) + expand_includes("kernels/global_scale.cu")
     return KernelSource("fp4q_global_scale", source, config.arch)
 
 
