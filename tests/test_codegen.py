@@ -14,7 +14,8 @@ from fp4q.kernels.spec import Swizzle
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
-TEMPLATES = ("ptx.cuh", "fp4_math.cuh", "quantize_fp4_tma.cu", "quantize_fp4_simt.cu", "numerics_probe.cu")
+TEMPLATES = ("ptx/types.cuh", "numerics/quantize_chunk64.cuh", "kernels/quantize_fp4_tma.cu",
+             "kernels/quantize_fp4_simt.cu", "kernels/numerics_probe.cu")
 
 
 def code_lines(source: str) -> list[str]:
@@ -23,7 +24,12 @@ def code_lines(source: str) -> list[str]:
 
 
 def defines(source: str) -> dict[str, str]:
-    return dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    """The rendered flags as "0"/"1", whether written as #define or as constexpr bool."""
+    flags = dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    for name, value in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M):
+        assert name not in flags, name
+        flags[name] = str(int(value == "true"))
+    return flags
 
 
 def constants(source: str) -> dict[str, int]:
@@ -59,13 +65,13 @@ def test_expand_includes_inlines_everything_once(name):
     text = expand_includes(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
     assert not re.search(r"^\s*#\s*pragma\s+once", text, re.M)
-    # ptx.cuh is reached through fp4_math.cuh and must be inlined exactly once
+    # ptx/types.cuh is reached through many headers and must be inlined exactly once
     assert text.count("typedef unsigned char u8;") == 1
     assert text.endswith("\n")
 
 
 def test_expand_includes_puts_headers_before_their_users():
-    text = expand_includes("quantize_fp4_tma.cu")
+    text = expand_includes("kernels/quantize_fp4_tma.cu")
     ptx = text.index("FP4Q_DEVICE float mul_rn(")
     math = text.index("FP4Q_DEVICE u32 nvfp4_scale_pair(")
     kernel = text.index('extern "C" __global__')
@@ -150,6 +156,17 @@ def test_render_tma_flags(name):
         assert d["FP4Q_HAS_CVT_E2M1"] == "1"
     else:
         assert "FP4Q_HAS_CVT_E2M1" not in d
+
+
+@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100a"), SimtConfig(sf_vec_size=32)])
+def test_flags_are_constexpr_except_preprocessor_guards(cfg):
+    # if constexpr type-checks both branches in every compile; only the guards whose
+    # branch cannot compile in some config stay macros
+    src = render(cfg.spec).source
+    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG", "FP4Q_HAS_CVT_E2M1"}
+    assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
+    assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
+    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
 
 
 def test_render_without_setmaxnreg_has_no_register_constants():
@@ -255,7 +272,7 @@ def test_header_edit_changes_rendered_text(monkeypatch, tmp_path, fresh_template
     before = render(QuantizeConfig().spec)
     copy = tmp_path / "ptx_templates"
     shutil.copytree(REPO_TEMPLATES, copy)
-    header = copy / "ptx.cuh"
+    header = copy / "ptx" / "types.cuh"
     header.write_text(header.read_text().replace("typedef unsigned char u8;", "typedef unsigned char u8;  // edited"))
     monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
     # the lru cache still holds the old text until cleared
@@ -265,7 +282,7 @@ def test_header_edit_changes_rendered_text(monkeypatch, tmp_path, fresh_template
     assert after.source != before.source
     assert "typedef unsigned char u8;  // edited" in after.source
     assert after.source.replace("  // edited", "") == before.source
-    # every kernel that includes ptx.cuh sees the edit
+    # every kernel that includes ptx/types.cuh sees the edit
     assert "// edited" in render(SimtConfig().spec).source
     assert "// edited" in render(numerics_probe_spec("sm_90a")).source
 
@@ -274,7 +291,7 @@ def test_template_edit_of_the_kernel_changes_rendered_text(monkeypatch, tmp_path
     before = render(SimtConfig().spec)
     copy = tmp_path / "t"
     shutil.copytree(REPO_TEMPLATES, copy)
-    kernel = copy / "quantize_fp4_simt.cu"
+    kernel = copy / "kernels" / "quantize_fp4_simt.cu"
     kernel.write_text(kernel.read_text() + "\n// trailing edit\n")
     monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
     codegen._read_template.cache_clear()

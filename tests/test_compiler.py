@@ -167,7 +167,7 @@ def test_syntax_error_log(tmp_path):
 
 def test_ptxas_error_is_a_compile_error(tmp_path):
     # setmaxnreg outside the range 24..256 passes the front end and fails in ptxas
-    source = expand_includes("ptx.cuh") + 'extern "C" __global__ void k() { setmaxnreg_inc<300>(); }\n'
+    source = expand_includes("ptx/setmaxnreg.cuh") + 'extern "C" __global__ void k() { setmaxnreg_inc<300>(); }\n'
     with pytest.raises(CompileError) as info:
         compile_source(KernelSource("k", source, "sm_90a"), cache=BinaryCache(tmp_path))
     assert "ptxas" in info.value.log
@@ -178,7 +178,7 @@ E2M1_KERNEL = 'extern "C" __global__ void e2m1(const float* x, unsigned* y) {\n'
 
 
 def e2m1_source(arch: str) -> KernelSource:
-    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx.cuh") + E2M1_KERNEL, arch)
+    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
 
 
 def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
@@ -195,7 +195,7 @@ def test_hardware_e2m1_cvt_compiles_for_sm_100a(tmp_path):
 
 
 def test_e2m1_wrapper_is_hidden_without_the_flag(tmp_path):
-    source = expand_includes("ptx.cuh") + E2M1_KERNEL
+    source = expand_includes("ptx/convert.cuh") + E2M1_KERNEL
     with pytest.raises(CompileError, match="cvt_rn_satfinite_e2m1x2_f32"):
         compile_source(KernelSource("e2m1", source, "sm_100a"), cache=BinaryCache(tmp_path))
 

@@ -121,7 +121,8 @@ def test_simt_threads_rule():
 
 
 def defines(source: str) -> dict[str, str]:
-    return dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    """The rendered flags as "0"/"1"."""
+    return {k: str(int(v == "true")) for k, v in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M)}
 
 
 def prelude_constants(source: str) -> dict[str, int]:

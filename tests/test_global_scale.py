@@ -62,8 +62,8 @@ def test_render_amax(vector, dtype):
     src = codegen.render(AmaxConfig(threads=256, vector_loads=vector, input_dtype=dtype).spec)
     assert src.kernel_name == "fp4q_amax"
     head = prelude(src.source)
-    assert f"#define FP4Q_VECTOR_LOADS {int(vector)}" in head
-    assert f"#define FP4Q_INPUT_FP16 {int(dtype == 'float16')}" in head
+    assert f"constexpr bool FP4Q_VECTOR_LOADS = {str(vector).lower()};" in head
+    assert f"constexpr bool FP4Q_INPUT_FP16 = {str(dtype == 'float16').lower()};" in head
     assert "constexpr int AMAX_THREADS = 256;" in head
     assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
 

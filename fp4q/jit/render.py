@@ -1,8 +1,9 @@
 """Render the CUDA source of one kernel from its spec.
 
 Templates in ``ptx_templates/`` hold all logic; rendering only writes the
-spec's feature flags and ``constexpr`` constants ahead of the kernel
-template and then inlines the ``#include "..."`` lines. The result is one
+spec's feature flags and constants as ``constexpr`` ahead of the kernel
+template and then inlines the ``#include "..."`` lines (paths relative to
+the template root). The result is one
 self-contained translation unit: NVRTC needs no include path, and the text
 that is hashed for the binary cache is exactly the text that is compiled, so
 a header edit always changes the key.
@@ -21,6 +22,10 @@ from ..kernels.spec import KernelSpec
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
+_SENTINEL = "ptx/types.cuh"
+# Flags the templates test with #if rather than `if constexpr`: the branch
+# they guard names constants that only exist when the flag is set.
+_PREPROCESSOR_FLAGS = frozenset({"FP4Q_SETMAXNREG"})
 
 
 @dataclass(frozen=True)
@@ -35,17 +40,17 @@ def templates_dir() -> pathlib.Path:
     try:
         # A directory without __init__.py is a namespace package, whose
         # files() is a MultiplexedPath; a file inside it is a real path.
-        header = importlib.resources.files("fp4q.ptx_templates").joinpath("ptx.cuh")
+        header = importlib.resources.files("fp4q.ptx_templates").joinpath(_SENTINEL)
         if header.is_file():
-            return pathlib.Path(str(header)).parent
+            return pathlib.Path(str(header)).parent.parent
     except ModuleNotFoundError:
         pass
     checkout = pathlib.Path(__file__).resolve().parents[2] / "ptx_templates"
-    if (checkout / "ptx.cuh").is_file():
+    if (checkout / _SENTINEL).is_file():
         return checkout
     raise FileNotFoundError(
         "fp4q's ptx_templates directory was not found: neither the installed "
-        f"package data 'fp4q.ptx_templates' nor {checkout} holds ptx.cuh"
+        f"package data 'fp4q.ptx_templates' nor {checkout} holds {_SENTINEL}"
     )
 
 
@@ -74,10 +79,15 @@ def expand_includes(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _flag_line(name: str, value: bool) -> str:
+    if name in _PREPROCESSOR_FLAGS:
+        return f"#define {name} {int(value)}"
+    return f"constexpr bool {name} = {'true' if value else 'false'};"
+
+
 def _prelude(spec: KernelSpec) -> str:
     lines = [f"// fp4q generated: {spec.name} for {spec.arch}"]
-    for name, value in spec.flags:
-        lines.append(f"#define {name} {int(value)}")
+    lines += [_flag_line(name, value) for name, value in spec.flags]
     if ARCHS[spec.arch].has_cvt_e2m1:
         lines.append("#define FP4Q_HAS_CVT_E2M1 1")
     for name, value in spec.constants:

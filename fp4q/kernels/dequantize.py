@@ -149,7 +149,7 @@ class DequantizeConfig:
         smem = self.smem
         return KernelSpec(
             name="fp4q_dequantize_tma",
-            template="dequantize_tma.cu",
+            template="kernels/dequantize_tma.cu",
             arch=self.arch,
             constants=(("TILE_M", self.tile_m), ("TILE_K", self.tile_k), ("NUM_STAGES", self.num_stages),
                        ("CONSUMER_THREADS", self.consumer_threads), ("MIN_CTAS_PER_SM", self.min_ctas_per_sm),
@@ -193,7 +193,7 @@ class DequantizeSimtConfig:
     def spec(self) -> KernelSpec:
         return KernelSpec(
             name="fp4q_dequantize_simt",
-            template="dequantize_simt.cu",
+            template="kernels/dequantize_simt.cu",
             arch=self.arch,
             constants=(("SIMT_THREADS", self.threads),),
             flags=dequantize_flags(self),

@@ -46,7 +46,7 @@ class AmaxConfig:
     def spec(self) -> KernelSpec:
         return KernelSpec(
             name="fp4q_amax",
-            template="amax.cu",
+            template="kernels/amax.cu",
             arch=self.arch,
             constants=(("AMAX_THREADS", self.threads),),
             flags=(("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads)),
@@ -75,7 +75,7 @@ class GlobalScaleConfig:
     def spec(self) -> KernelSpec:
         return KernelSpec(
             name="fp4q_global_scale",
-            template="global_scale.cu",
+            template="kernels/global_scale.cu",
             arch=self.arch,
             constants=(("SCALE_THREADS", self.threads),),
             flags=(),

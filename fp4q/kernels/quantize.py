@@ -39,15 +39,14 @@ SIMT_QUANTIZE_PARAMS = params(
 
 
 def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
-    """The feature flags every quantize kernel takes from its call."""
-    flags = [
+    """The feature flags every quantize kernel takes from its call: all of them for
+    every config, since both branches of an ``if constexpr`` are compiled."""
+    return (
         ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
         ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
-    ]
-    if cfg.sf_vec_size == 32:
-        flags.append(("FP4Q_MX_RCEIL", cfg.mx_mode == "rceil"))
-    return tuple(flags)
+        ("FP4Q_MX_RCEIL", cfg.sf_vec_size == 32 and cfg.mx_mode == "rceil"),
+    )
 
 
 def _check_box(prefix: str, box_bytes: int, swizzle: Swizzle, tile_bytes: int) -> None:
@@ -223,7 +222,7 @@ class QuantizeConfig:
             constants += [("PRODUCER_REGS", producer_regs), ("CONSUMER_REGS", consumer_regs)]
         return KernelSpec(
             name="fp4q_quantize_fp4_tma",
-            template="quantize_fp4_tma.cu",
+            template="kernels/quantize_fp4_tma.cu",
             arch=self.arch,
             constants=tuple(constants),
             flags=quantize_flags(self) + (("FP4Q_SETMAXNREG", self.setmaxnreg),),
@@ -277,7 +276,7 @@ class SimtConfig:
         kind = "vector" if self.vector else "simt"
         return KernelSpec(
             name=f"fp4q_quantize_fp4_{kind}",
-            template=f"quantize_fp4_{kind}.cu",
+            template=f"kernels/quantize_fp4_{kind}.cu",
             arch=self.arch,
             constants=(("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size)),
             flags=quantize_flags(self),
@@ -334,7 +333,7 @@ def numerics_probe_spec(arch: str) -> KernelSpec:
     check_arch(arch)
     return KernelSpec(
         name="fp4q_numerics_probe",
-        template="numerics_probe.cu",
+        template="kernels/numerics_probe.cu",
         arch=arch,
         constants=(),
         flags=(("FP4Q_INPUT_FP16", False),),
