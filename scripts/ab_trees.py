@@ -31,6 +31,7 @@ import cupy as cp
 import numpy as np
 import fp4q
 import timing
+from fp4q import reference
 
 assert fp4q.__file__.startswith(sys.argv[1]), fp4q.__file__
 shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[3].split(",")]
@@ -39,7 +40,7 @@ out = {"host": {}, "device": {}, "bytes": {}}
 rng = np.random.default_rng(0)
 for m, k in shapes:
     x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
-    tsf = float(fp4q.reference.global_scale(cp.asnumpy(x)))
+    tsf = float(reference.global_scale(cp.asnumpy(x)))
     tsf_dev = cp.asarray(np.float32(tsf)).reshape(())
     q = cp.empty((m, k // 2), cp.uint8)
     sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)

@@ -71,6 +71,11 @@ class FakeArray:
     def device(self):
         return types.SimpleNamespace(id=self.data.device_id)
 
+    def __getitem__(self, index):
+        """The first element, as a 0-d array (what global_scale returns)."""
+        assert index == 0 and self.size
+        return FakeArray((), self.dtype, self.data.ptr, (), self.data.device_id)
+
 
 class FakeStream:
     def __init__(self, ptr, device_id=-1):
@@ -186,7 +191,7 @@ class FakeDriver:
             attr = config.attrs[0]
             assert attr.id == PDL_ATTR and attr.value.programmaticStreamSerializationAllowed == 1
         self.launches.append(dict(
-            config=self.config_of[spec], spec=spec, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
+            config=self.config_of.get(spec), spec=spec, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
             block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
             stream=int(config.hStream), pdl=pdl, args=args, thread=threading.get_ident(),
             launch_config=config,  # kept alive, so ids are not reused during a test
@@ -812,3 +817,79 @@ def test_put_bounded_evicts_the_oldest_first():
     assert list(table.items()) == [("c", "C"), ("d", "D"), ("e", "E")]
     plans.put_bounded(table, "d", "new", 3)  # a key already there is replaced in place
     assert list(table.items()) == [("c", "C"), ("d", "new"), ("e", "E")]
+
+
+# ------------------------------------------------------------------------------------- dequantize, global scale
+@pytest.mark.parametrize("m, k, tma", [(4096, 512, True), (16, 256, False), (64, 80, False)])
+def test_dequantize_launches(gpu, m, k, tma):
+    from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    q = cp.array((m, k // 2), np.uint8)
+    sf = swizzled(cp, m, k)
+    tsf = cp.array((), np.float32)
+    for _ in range(2):
+        before = len(gpu.launches)
+        y = dequantize_nvfp4(q, sf, tsf, dtype="float32")
+        (launch,) = gpu.launches[before:]
+        assert y.shape == (m, k) and y.dtype == np.float32
+        args = dict(sf=sf.data.ptr, out=y.data.ptr, tensor_sf_value=0.0, tensor_sf_ptr=tsf.data.ptr, rows=m, cols=k)
+        if tma:
+            cfg = DequantizeConfig(out_dtype="float32", tensor_sf_mode="pointer")
+            tiles = math.ceil(m / cfg.tile_m) * math.ceil(k / cfg.tile_k)
+            grid = min(tiles, SM_COUNT * CTAS_PER_SM)
+            args.update(q_map=TensorMapSpec(q.data.ptr, 1, (k // 2, m), (k // 2,), (cfg.tile_k // 2, cfg.tile_m),
+                                            l2_promotion=256),
+                        tickets=FakeDriver.counter_for(None, None, 0) if grid < tiles else 0)
+            assert launch["spec"] == cfg.spec
+        else:
+            cfg = DequantizeSimtConfig(out_dtype="float32", tensor_sf_mode="pointer")
+            grid = max(1, min(math.ceil(m * k // cfg.unit / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
+            args.update(q=q.data.ptr, q_row_stride=k // 2)
+            assert launch["spec"] == cfg.spec
+        assert launch["args"] == args and launch["grid"] == (grid, 1, 1) and launch["pdl"]
+    assert len(plans.plans) == 1
+
+
+def test_dequantize_rules_after_a_plan_exists(gpu):
+    from fp4q.ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
+
+    cp = gpu.cupy
+    q, sf = cp.array((16, 128), np.uint8), swizzled(cp, 16, 256)
+    dequantize_nvfp4(q, sf, 1.0)
+    for bad, exc_type, message in [
+        (dict(sf=cp.array((16, 16), np.uint8)), ValueError, r"sf must have shape \(1, 4, 32, 4, 4\)"),
+        (dict(tensor_sf=0.0), ValueError, "tensor_sf must be a float32 in"),
+        (dict(out=cp.array((16, 256), np.float32)), TypeError, "out must have dtype uint16 or bfloat16, got float32"),
+        (dict(out=FakeArray((16, 256), np.uint16, q.data.ptr)), ValueError, "out overlaps q"),
+        (dict(pdl=None), TypeError, "pdl must be a bool"),
+        (dict(config="x"), TypeError, "config must be None, a DequantizeConfig or a DequantizeSimtConfig"),
+    ]:
+        kwargs = dict(sf=sf, tensor_sf=1.0)
+        kwargs.update(bad)
+        with pytest.raises(exc_type, match=message):
+            dequantize_nvfp4(q, kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
+    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
+        dequantize_mxfp4(cp.array((4, 24), np.uint8), cp.array((4, 1), np.uint8), sf_layout="linear")
+    assert len(gpu.launches) == 1
+
+
+@pytest.mark.parametrize("offset, vector", [(0, True), (2, False)])
+def test_global_scale_launches_two_kernels_into_one_buffer(gpu, offset, vector):
+    from fp4q.kernels.global_scale import AmaxConfig
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    x = cp.array((64, 1024), offset=offset)
+    for _ in range(2):
+        before = len(gpu.launches)
+        scale = global_scale(x)
+        amax, reduce = gpu.launches[before:]
+        buffer = cp.allocations[-1]
+        partials = min(math.ceil(64 * 1024 // (8 if vector else 1) / (512 * 4)), SM_COUNT * CTAS_PER_SM)
+        assert amax["spec"] == AmaxConfig(vector_loads=vector).spec and amax["grid"] == (partials, 1, 1)
+        assert amax["args"] == dict(x=x.data.ptr, row_stride=1024, rows=64, cols=1024, partial=buffer.data.ptr + 4)
+        assert reduce["grid"] == (1, 1, 1)
+        assert reduce["args"] == dict(partial=buffer.data.ptr + 4, count=partials, scale=buffer.data.ptr)
+        assert buffer.shape == (1 + partials,) and scale.shape == () and scale.data.ptr == buffer.data.ptr

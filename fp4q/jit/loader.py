@@ -35,9 +35,9 @@ def compiled(spec: KernelSpec) -> CompiledKernel:
     """The cubin of ``spec`` (rendered and compiled, or read from the cache, once per process)."""
     found = _compiled.get(spec)
     if found is None:
-        found = compile_source(render(spec))
-        with _lock:
-            found = _compiled.setdefault(spec, found)
+        # No lock: get_kernel calls this while holding _lock, and two threads that
+        # compile one spec at once get the same bytes (setdefault keeps the first).
+        found = _compiled.setdefault(spec, compile_source(render(spec)))
     return found
 
 
