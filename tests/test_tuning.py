@@ -58,14 +58,14 @@ def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
 @pytest.mark.parametrize("m, k", [(8192, 8192), (1024, 4096), (128, 16384)])
 def test_large_inputs_choose_the_table_or_default(m, k):
     cfg = tuning.choose_config(m, k, "sm_90a")
-    assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config(m, k))
+    assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config())
     assert tuning.choose_config(m, k, "sm_90a", 32) == default_mx_config()
 
 
 def test_arch_without_a_table_uses_the_default_rule():
     assert tuning.vector_max_elements("sm_100a") == tuning.VECTOR_MAX_ELEMENTS
     assert tuning.choose_config(16, 4096, "sm_100a").vector
-    assert tuning.choose_config(8192, 8192, "sm_100a") == default_config(8192, 8192, "sm_100a")
+    assert tuning.choose_config(8192, 8192, "sm_100a") == default_config("sm_100a")
 
 
 def test_table_crossover_is_used(table_file):

@@ -91,4 +91,4 @@ def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeC
         return SimtConfig(threads=VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size, arch=arch)
     if sf_vec_size == 32:
         return default_mx_config(arch)
-    return tuned_table(arch).get(shape_class(m, k)) or default_config(m, k, arch)
+    return tuned_table(arch).get(shape_class(m, k)) or default_config(arch)
