@@ -260,7 +260,7 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
         if cfg.sf_layout == "swizzled":
             k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
             sf_spec = TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
-                                    tuple(reversed(cfg.scales_tile)))
+                                    tuple(reversed(cfg.scales_box)))
             sf_linear = 0
         else:
             sf_spec, sf_linear = q_spec, sf.data.ptr

@@ -26,7 +26,7 @@ def sf_spec(**changes) -> TensorMapSpec:
     cfg = QuantizeConfig()
     k_blocks, m_blocks = 64, 8
     fields = dict(address=0x7F0000100000, element_bytes=1, dims=(16, 32, k_blocks, m_blocks),
-                  strides=(16, 512, 512 * k_blocks), box=tuple(reversed(cfg.scales_tile)))
+                  strides=(16, 512, 512 * k_blocks), box=tuple(reversed(cfg.scales_box)))
     fields.update(changes)
     return TensorMapSpec(**fields)
 
@@ -231,7 +231,7 @@ def test_encode_the_three_kernel_maps(cfg):
         "out": TensorMapSpec(q.data.ptr, 1, (cols // 2, rows), (cols // 2,), (cfg.output_box_k, cfg.tile_m),
                              cfg.output_swizzle),
         "sf_out": TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
-                                tuple(reversed(cfg.scales_tile))),
+                                tuple(reversed(cfg.scales_box))),
     }
     for what, spec in specs.items():
         tensor_map = tma.encode(spec, what)

@@ -1,6 +1,6 @@
 """Configs of the dequantization kernels: NVFP4 or MXFP4 codes and scales
 back to bf16 or float32 values. Frozen and validated at construction, like
-the quantization configs in ``config.py``; ``fmt``, ``out_dtype``,
+the quantization configs in ``quantize.py``; ``fmt``, ``out_dtype``,
 ``sf_layout``, ``tensor_sf_mode`` and ``arch`` are set from each call by the
 API."""
 

@@ -164,25 +164,9 @@ class QuantizeConfig:
         return WARPGROUP + self.consumer_threads
 
     @property
-    def input_tile(self) -> tuple[int, int]:
-        return (self.tile_m, self.tile_k)
-
-    @property
-    def input_box(self) -> tuple[int, int]:
-        """TMA box of the bf16 input, outer dimension first."""
-        return (self.tile_m, self.input_box_k)
-
-    @property
-    def output_tile(self) -> tuple[int, int]:
-        return (self.tile_m, self.tile_k // 2)
-
-    @property
-    def output_box(self) -> tuple[int, int]:
-        return (self.tile_m, self.output_box_k)
-
-    @property
-    def scales_tile(self) -> tuple[int, int, int, int]:
-        """The tile's slice of the swizzled scales, outer first: 128-row blocks, 4-group blocks, 32, 16."""
+    def scales_box(self) -> tuple[int, int, int, int]:
+        """TMA box of the swizzled scales, outer dimension first: the tile's whole slice of them
+        (128-row blocks, 4-group blocks, 32, 16)."""
         return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // (4 * self.sf_vec_size), 32, 16)
 
     @property
@@ -233,7 +217,7 @@ class QuantizeConfig:
             maps=(
                 MapBox("in_map", 2, (self.input_box_k, self.tile_m), self.input_swizzle, 256),
                 MapBox("q_map", 1, (self.output_box_k, self.tile_m), self.output_swizzle),
-                MapBox("sf_map", 1, tuple(reversed(self.scales_tile))),
+                MapBox("sf_map", 1, tuple(reversed(self.scales_box))),
             ),
         )
 
@@ -301,8 +285,8 @@ class SimtConfig:
         return dataclasses.replace(self, **changes)
 
 
-def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
-    """A sensible TMA config when no tuned entry applies.
+def default_config(arch: str = "sm_90a") -> QuantizeConfig:
+    """The TMA config for NVFP4 when no tuned entry applies, whatever the shape.
 
     128x64 tiles, two stages, one consumer warpgroup and three CTAs per SM
     was the best or within 2% of the best for every shape class of the
