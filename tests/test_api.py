@@ -373,3 +373,22 @@ def test_cuda_graph_capture_and_replay():
         q_ref, sf_ref = reference.quantize_nvfp4(x_host, np.float32(value))
         assert_bytes_equal(cp.asnumpy(q), q_ref, f"graph q {value}")
         assert_bytes_equal(cp.asnumpy(sf), sf_ref, f"graph sf {value}")
+
+
+@gpu
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("k", [64, 4096, 4112])
+def test_one_dimensional_x_is_one_row(sf_layout, k):
+    cp = pytest.importorskip("cupy")
+    import fp4q
+
+    host = random_bf16((k,), np.random.default_rng(k))
+    tsf = float(reference.global_scale(host))
+    q, sf = fp4q.quantize_nvfp4(cp.asarray(host), tsf, sf_layout=sf_layout)
+    q_ref, sf_ref = reference.quantize_nvfp4(host, tsf, sf_layout=sf_layout)
+    assert q.shape == (k // 2,) == q_ref.shape
+    assert sf.shape == ((1, -(-k // 64), 32, 4, 4) if sf_layout == "swizzled" else (k // 16,)) == sf_ref.shape
+    assert (cp.asnumpy(q) == q_ref).all() and (cp.asnumpy(sf) == sf_ref).all()
+    y = fp4q.dequantize_nvfp4(q, sf, tsf, sf_layout=sf_layout, dtype="bfloat16")
+    assert y.shape == (k,)
+    assert (cp.asnumpy(y) == reference.dequantize_nvfp4(q_ref, sf_ref, tsf, sf_layout, "bfloat16")).all()

@@ -238,13 +238,13 @@ def test_x_k_not_a_multiple_of_16(k, path):
 
 
 @gpu
-@pytest.mark.parametrize("shape", [(), (K,)], ids=["rank0", "rank1"])
-def test_x_rank_below_2(shape, path):
+def test_x_rank_0(path):
+    # A 1-D x of shape (K,) is one row (test_api); a 0-d array has no K.
     cp = _cp()
-    x = cp.zeros(shape, dtype=cp.uint16)
+    x = cp.zeros((), dtype=cp.uint16)
     call, watch = _quantize_with_buffers(cp, path, x)
     expect_rejected(
-        ValueError, r"\bx must have", _words(f"got shape {shape}"), _words("at least 2 dimensions"), call, watch
+        ValueError, r"\bx must have", _words("got shape ()"), _words("at least 1 dimension (..., K)"), call, watch
     )
 
 
@@ -377,7 +377,7 @@ def test_tensor_sf_host_numpy_array(tensor_sf, path):
     cp = _cp()
     call, watch = _quantize_with_buffers(cp, path, _x(cp), tensor_sf)
     expect_rejected(
-        TypeError, r"tensor_sf must be", _words("host numpy array"), _words("device (CuPy) float32 scalar"),
+        TypeError, r"tensor_sf must be", _words("got a host numpy array"), _words("device (CuPy or torch) float32 scalar"),
         call, watch,
     )
 
@@ -431,7 +431,7 @@ def test_out_host_numpy(name, path):
     host = np.full({"out": Q_SHAPE, "sf_out": SF_LINEAR}[name], FILL, dtype=np.uint8)
     bufs = {"out": out, "sf_out": sf_out, name: host}
     call, watch = _quantize_with_buffers(cp, path, _x(cp), sf_layout="linear", **bufs)
-    expect_rejected(TypeError, rf"\b{name} must be", _words("got ndarray"), _words("CuPy uint8 array"), call,
+    expect_rejected(TypeError, rf"\b{name} must be", _words("got a host ndarray"), _words("a CUDA array"), call,
                     [b for b in watch if b is not host])
     assert (host == FILL).all()
 

@@ -16,9 +16,9 @@ gpu = pytest.mark.gpu
 def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
-    from fp4q.cuda.launch import Launcher
     from fp4q.jit.loader import get_kernel
     from fp4q.kernels.quantize import numerics_probe_spec
+    from fp4q.ops.plans import KernelLaunch
 
     dev = driver.device(cp.cuda.Device().id)
     spec = numerics_probe_spec(dev.arch)
@@ -28,10 +28,9 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
     codes = cp.zeros(pairs // 4, cp.uint32)
     sf = cp.zeros(pairs, cp.uint16)
     inv = cp.zeros(2 * pairs, cp.float32)
-    launch = Launcher(dev, kernel.function, spec.params, 1024, spec.threads, spec.smem_bytes)
+    launch = KernelLaunch(None, kernel, 1024, ("v", "codes", "amax", "sf", "inv", "tensor_sf", "pairs"))
     launch(cp.cuda.get_current_stream().ptr, False,
-           dict(v=vd.data.ptr, codes=codes.data.ptr, amax=ad.data.ptr, sf=sf.data.ptr, inv=inv.data.ptr,
-                tensor_sf=tensor_sf, pairs=pairs))
+           (vd.data.ptr, codes.data.ptr, ad.data.ptr, sf.data.ptr, inv.data.ptr, tensor_sf, pairs))
     cp.cuda.get_current_stream().synchronize()
     return cp.asnumpy(codes), cp.asnumpy(sf), cp.asnumpy(inv)
 

@@ -66,6 +66,11 @@ class FakeArray:
                 step *= d
         self.strides = tuple(strides)
         self.data = FakeMemory(ptr, device)
+        step, contiguous = self.dtype.itemsize, True
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
+            contiguous &= dim <= 1 or stride == step
+            step *= dim
+        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
 
     @property
     def device(self):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import threading
 
 import pytest
 
@@ -84,25 +85,45 @@ def test_stride_grid():
     assert StrideGrid(2048, max_ctas_per_sm=4).size(10**9, 132, 8) == 132 * 4
 
 
+PACKED = params(("m0", "map"), ("m1", "map"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("s", "i64"), ("t", "ptr"))
+VALUE_KINDS = [ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64]
+
+
+def read_block(address: int, count: int) -> tuple[list[int], list]:
+    slots = list((ctypes.c_uint64 * count).from_address(address))
+    return slots, [kind.from_address(slot).value for kind, slot in zip(VALUE_KINDS, slots[2:])]
+
+
 def test_packer_lays_out_maps_then_pointed_scalars():
-    packer = ArgPacker(params(("m0", "map"), ("m1", "map"), ("p", "ptr"), ("f", "f32"), ("n", "i32"),
-                              ("s", "i64"), ("t", "ptr")))
-    block = packer.pack(dict(m0=0x1000, m1=0x2000, p=0xDEAD0, f=1 / 3, n=-5, s=-(2**40), t=0))
-    slots = (ctypes.c_uint64 * 7).from_buffer(block)
-    assert slots[0] == 0x1000 and slots[1] == 0x2000
-    base = ctypes.addressof(block)
-    values = [ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64]
-    read = [kind.from_address(slot).value for kind, slot in zip(values, slots[2:])]
+    packer = ArgPacker(PACKED)
+    address = packer.pack((0x1000, 0x2000), (0xDEAD0, 1 / 3, -5, -(2**40), 0))
+    slots, read = read_block(address, 7)
+    assert slots[:2] == [0x1000, 0x2000]
     assert read == [0xDEAD0, struct.unpack("f", struct.pack("f", 1 / 3))[0], -5, -(2**40), 0]
-    for kind, slot in zip(values, slots[2:]):  # each value inside the block, naturally aligned
-        assert base + 56 <= slot < base + ctypes.sizeof(block) and slot % ctypes.sizeof(kind) == 0
+    for kind, slot in zip(VALUE_KINDS, slots[2:]):  # each value after the slots, naturally aligned
+        assert address + 56 <= slot < address + 56 + 32 and slot % ctypes.sizeof(kind) == 0
+
+
+def test_packer_reuses_its_threads_block_and_rewrites_every_value():
+    packer = ArgPacker(PACKED)
+    first = packer.pack((1, 2), (3, 0.5, 4, 5, 6))
+    again = packer.pack((7, 8), (9, 1.5, 10, 11, 12))
+    assert again == first and read_block(again, 7) == ([7, 8, *read_block(first, 7)[0][2:]], [9, 1.5, 10, 11, 12])
+    other = []
+    worker = threading.Thread(target=lambda: other.append(packer.pack((1, 2), (3, 0.5, 4, 5, 6))))
+    worker.start()
+    worker.join()
+    assert other[0] != first  # another thread, another block
+
+
+def test_packer_orders_values_by_name():
+    packer = ArgPacker(PACKED)
+    assert packer.order(("p", "f", "n", "s", "t")) is None
+    assert packer.order(("t", "p", "f", "n", "s")) == (1, 2, 3, 4, 0)
+    with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 'x'\] are not the kernel's"):
+        packer.order(("p", "f", "n", "s", "x"))
 
 
 def test_packer_wants_maps_first():
     with pytest.raises(ValueError, match="tensor-map parameters must come first"):
         ArgPacker(params(("p", "ptr"), ("m", "map")))
-
-
-def test_packer_names_a_missing_argument():
-    with pytest.raises(KeyError, match="'n'"):
-        ArgPacker(params(("p", "ptr"), ("n", "i32"))).pack(dict(p=1))

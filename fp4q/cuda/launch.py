@@ -8,8 +8,7 @@ storage, which the driver copies at launch.
 
 ``LaunchTemplate`` holds the ``CUlaunchConfig`` of a fixed kernel, grid,
 block and shared memory, built once per thread and per PDL setting, so that
-a launch only sets its stream; ``Launcher`` binds a template to its packer
-and its device's context.
+a launch only sets its stream.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import threading
 from typing import Sequence
 
 from ..kernels.spec import PARAM_FORMATS, Param
-from .driver import Device, check, driver_api, in_context, is_current
+from .driver import check, driver_api
 
 
 class ArgPacker:
@@ -31,9 +30,15 @@ class ArgPacker:
     value, stored after the slots with its natural alignment. Values are
     converted by ``struct`` as the C parameter types would take them
     (``f32`` rounds a Python float to nearest, as a C double-to-float cast).
+
+    Each thread packs into a block of its own, whose value slots are written
+    once: the driver copies the arguments during the launch, so the block
+    is free again when the launch returns, and a launch only writes the map
+    addresses and the values.
     """
 
-    __slots__ = ("params", "map_names", "value_names", "_struct", "_offsets", "_block_type")
+    __slots__ = ("params", "map_names", "value_names", "_maps", "_values", "_values_at", "_offsets", "_size",
+                 "_local")
 
     def __init__(self, params: Sequence[Param]) -> None:
         self.params = tuple(params)
@@ -43,8 +48,8 @@ class ArgPacker:
             raise ValueError(f"tensor-map parameters must come first, got {[p.name for p in self.params]}")
         self.map_names = tuple(p.name for p in self.params[:maps])
         self.value_names = tuple(p.name for p in self.params[maps:])
-        count = len(self.params)
-        fmt, offset, offsets = f"<{count}Q", 8 * count, []
+        self._values_at = 8 * len(self.params)
+        fmt, offset, offsets = "<", self._values_at, []
         for kind in kinds[maps:]:
             code = PARAM_FORMATS[kind]
             size = struct.calcsize(code)
@@ -53,20 +58,40 @@ class ArgPacker:
             offset += pad
             offsets.append(offset)
             offset += size
-        fmt += "x" * (-offset % 8)
-        self._struct = struct.Struct(fmt)
+        self._maps = struct.Struct(f"<{maps}Q")
+        self._values = struct.Struct(fmt)
         self._offsets = tuple(offsets)
-        self._block_type = ctypes.c_uint64 * (self._struct.size // 8)
+        self._size = -(-offset // 8)
+        self._local = threading.local()
 
-    def pack(self, args: dict):
-        """A new block holding ``args`` (by parameter name; a map's value is the
-        address of its storage). The block, and the maps' storage, must stay alive
-        until the launch returns."""
-        block = self._block_type()
+    def order(self, names: Sequence[str]) -> tuple[int, ...] | None:
+        """How values given in the order ``names`` map to the parameters' order:
+        ``None`` when they already match; an error naming what differs otherwise."""
+        if sorted(names) != sorted(self.value_names):
+            raise ValueError(f"the arguments {sorted(names)} are not the kernel's parameters "
+                             f"{sorted(self.value_names)} (tensor maps apart)")
+        index = tuple(names.index(name) for name in self.value_names)
+        return None if index == tuple(range(len(index))) else index
+
+    def _block(self):
+        block = (ctypes.c_uint64 * self._size)()
         base = ctypes.addressof(block)
-        self._struct.pack_into(block, 0, *[args[n] for n in self.map_names], *[base + o for o in self._offsets],
-                               *[args[n] for n in self.value_names])
+        struct.pack_into(f"<{len(self._offsets)}Q", block, 8 * len(self.map_names), *[base + o for o in self._offsets])
+        self._local.block, self._local.address = block, base
         return block
+
+    def pack(self, maps: Sequence[int], values: Sequence) -> int:
+        """This thread's block holding the maps' addresses and ``values`` (in the
+        parameters' order); returns its address. The maps' storage must stay
+        alive until the launch returns."""
+        try:
+            block = self._local.block
+        except AttributeError:
+            block = self._block()
+        if maps:
+            self._maps.pack_into(block, 0, *maps)
+        self._values.pack_into(block, self._values_at, *values)
+        return self._local.address
 
 
 def _launch_config(grid: int, block: int, smem_bytes: int, pdl: bool):
@@ -126,27 +151,3 @@ class LaunchTemplate:
         result = cu.cuLaunchKernelEx(config, self.function, params_address, 0)
         if result[0]:  # not CUDA_SUCCESS (0)
             check(result, "cuLaunchKernelEx")
-
-
-class Launcher:
-    """One kernel with one grid on one device: pack, then launch in the device's
-    primary context (pushed only when another context is current)."""
-
-    __slots__ = ("device", "grid", "packer", "template")
-
-    def __init__(self, device: Device, function, params: Sequence[Param], grid: int, threads: int,
-                 smem_bytes: int) -> None:
-        self.device = device
-        self.grid = grid
-        self.packer = ArgPacker(params)
-        self.template = LaunchTemplate(function, grid, threads, smem_bytes)
-
-    def __call__(self, stream: int, pdl: bool, args: dict) -> None:
-        block = self.packer.pack(args)
-        address = ctypes.addressof(block)
-        if is_current(self.device):
-            self.template.launch(stream, address, pdl)
-        else:
-            with in_context(self.device):
-                self.template.launch(stream, address, pdl)
-        del block  # alive until the driver has copied it

@@ -161,8 +161,9 @@ def _sf_in(sf, lead, groups, sf_layout):
 
 
 def _to_out_dtype(y, dtype):
+    # bf16 as its bits in uint16, as the kernels return it (CuPy has no bf16 type).
     if dtype == "bfloat16":
-        return y.astype(ml_dtypes.bfloat16)
+        return y.astype(ml_dtypes.bfloat16).view(np.uint16)
     return y
 
 
@@ -267,7 +268,8 @@ def quantize_nvfp4(x, tensor_sf, sf_layout="swizzled"):
 
 
 def dequantize_nvfp4(q, sf, tensor_sf, sf_layout="swizzled", dtype="float32"):
-    """``y = e2m1_value(q) * d`` of shape ``(..., 2 * q.shape[-1])``, float32 or bfloat16."""
+    """``y = e2m1_value(q) * d`` of shape ``(..., 2 * q.shape[-1])``: float32, or for
+    ``dtype="bfloat16"`` the bf16 bits as uint16 (round to nearest even), as the kernels return them."""
     _require_uint8(q, "q")
     k = 2 * q.shape[-1]
     _require_multiple(k, NVFP4_GROUP, "K = 2 * q.shape[-1]")
@@ -334,7 +336,7 @@ def quantize_mxfp4(x, mode="rceil", sf_layout="swizzled"):
 
 
 def dequantize_mxfp4(q, sf, sf_layout="swizzled", dtype="float32"):
-    """``y = e2m1_value(q) * 2**(sf - 127)`` in float32 (or bfloat16); sf byte 0xFF is NaN."""
+    """``y = e2m1_value(q) * 2**(sf - 127)`` in float32 (or bf16 bits as uint16); sf byte 0xFF is NaN."""
     _require_uint8(q, "q")
     k = 2 * q.shape[-1]
     _require_multiple(k, MXFP4_GROUP, "K = 2 * q.shape[-1]")

@@ -13,8 +13,10 @@ rules its key already fixes.
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,25 +67,19 @@ class Operand:
         self.is_torch = is_torch
 
     @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * _ITEMSIZE.get(self.dtype, 1)
-
-    @property
     def c_contiguous(self) -> bool:
-        step = _ITEMSIZE.get(self.dtype, 1)
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if dim > 1 and stride != step:
-                return False
-            step *= dim
-        return True
+        if self.is_torch:
+            return self.obj.is_contiguous()
+        return self.obj.flags.c_contiguous
 
 
 def as_operand(x, name: str) -> Operand:
     """``x`` as an Operand: a CuPy array or a torch CUDA tensor directly, anything
     else through DLPack or the CUDA array interface (via CuPy)."""
-    cp = cupy()
+    cp = _cupy_module or cupy()
     if type(x) is cp.ndarray:
-        return _from_cupy(x)
+        data = x.data
+        return Operand(x, data.ptr, x.shape, x.strides, _dtype_name(x.dtype), data.device_id, False)
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
         if not x.is_cuda:
@@ -113,8 +109,21 @@ def as_operand(x, name: str) -> Operand:
     raise TypeError(f"{name} must be a CUDA array, got {type(x).__name__} ({detail})")
 
 
+_DTYPE_NAMES: dict[int, str] = {}
+
+
+def _dtype_name(dtype) -> str:
+    """numpy's name of ``dtype``, by its type number: building ``dtype.name`` costs
+    more than the rest of an operand."""
+    name = _DTYPE_NAMES.get(dtype.num)
+    if name is None:
+        name = _DTYPE_NAMES[dtype.num] = dtype.name
+    return name
+
+
 def _from_cupy(a) -> Operand:
-    return Operand(a, a.data.ptr, a.shape, a.strides, a.dtype.name, a.data.device_id, False)
+    data = a.data
+    return Operand(a, data.ptr, a.shape, a.strides, _dtype_name(a.dtype), data.device_id, False)
 
 
 def _has(x, attr: str) -> bool:
@@ -196,16 +205,22 @@ def _flattened(name, shape, strides, row_stride: int, itemsize: int, a: Operand)
     return RowsView(shape[:-1], math.prod(shape[:-1]), shape[-1], row_stride, itemsize, a.dtype, a.device)
 
 
-@dataclass(frozen=True)
-class TensorScale:
+class TensorScale(NamedTuple):
     mode: str  # "value" or "pointer"
     value: float
     ptr: int
 
 
+_F32 = struct.Struct("f")
+
+
 def tensor_scale(tensor_sf, device: int) -> TensorScale:
     """A host tensor_sf rounded to float32 and range-checked, or a device float32 scalar."""
     kind = type(tensor_sf)
+    if kind is float and TENSOR_SF_MIN <= tensor_sf <= TENSOR_SF_MAX:
+        # Rounds like np.float32 (a C double-to-float cast); the bounds are float32
+        # values, so a value between them rounds between them.
+        return TensorScale("value", _F32.unpack(_F32.pack(tensor_sf))[0], 0)
     if kind is float or kind is int or (isinstance(tensor_sf, (int, float, np.floating, np.integer))
                                         and not isinstance(tensor_sf, (bool, np.bool_))):
         rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
@@ -221,9 +236,12 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
         if not TENSOR_SF_MIN <= value <= TENSOR_SF_MAX:
             raise ValueError(rule)
         return TensorScale("value", value, 0)
-    if isinstance(tensor_sf, (bool, np.bool_, np.ndarray)) or tensor_sf is None:
+    if isinstance(tensor_sf, np.ndarray):
+        raise TypeError("tensor_sf must be a Python float or a device (CuPy or torch) float32 scalar, got a host "
+                        "numpy array")
+    if isinstance(tensor_sf, (bool, np.bool_)) or tensor_sf is None:
         raise TypeError(f"tensor_sf must be a float or a device float32 scalar (CuPy or torch), got "
-                        f"{type(tensor_sf).__name__} {tensor_sf!r}")
+                        f"{tensor_sf!r} ({type(tensor_sf).__name__})")
     a = as_operand(tensor_sf, "tensor_sf")
     if a.dtype != "float32" or math.prod(a.shape) != 1 or len(a.shape) > 1:
         raise ValueError(f"a device tensor_sf must be a float32 array of shape () or (1,), got dtype {a.dtype} "
@@ -242,13 +260,10 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1]
-
-
-def check_output(buf: Operand, name: str, shape: tuple, dtypes, device: int, others) -> tuple[int, int]:
-    """A caller's output buffer: dtype, shape, device, C-contiguity, and no overlap with
-    any of ``others`` ((name, [start, end)) pairs). Returns the buffer's span."""
+def check_output(buf: Operand, name: str, shape: tuple, nbytes: int, dtypes, device: int, others) -> None:
+    """A caller's buffer: dtype (one of ``dtypes``, all of one size), shape (of ``nbytes``
+    bytes), device, C-contiguity, and no overlap with any of ``others`` ((name, [start,
+    end)) pairs)."""
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
     if tuple(buf.shape) != shape:
@@ -257,15 +272,14 @@ def check_output(buf: Operand, name: str, shape: tuple, dtypes, device: int, oth
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
     if not buf.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
-    span = (buf.ptr, buf.ptr + buf.nbytes)
-    if span[0] != span[1]:
-        for other, other_span in others:
-            if other_span[0] != other_span[1] and _overlaps(span, other_span):
+    start, end = buf.ptr, buf.ptr + nbytes
+    if nbytes:
+        for other, (other_start, other_end) in others:
+            if other_start < end and start < other_end and other_start != other_end:
                 raise ValueError(
                     f"{name} overlaps {other} (outputs must not alias their inputs or each other): {name} spans "
-                    f"[{span[0]:#x}, {span[1]:#x}), {other} spans [{other_span[0]:#x}, {other_span[1]:#x})"
+                    f"[{start:#x}, {end:#x}), {other} spans [{other_start:#x}, {other_end:#x})"
                 )
-    return span
 
 
 def check_pdl(pdl) -> None:

@@ -11,11 +11,12 @@ once per kind of call.
 
 from __future__ import annotations
 
+import math
 import threading
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
-from ..kernels.dequantize import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
+from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
 from .arrays import (
     NO_TENSOR_SCALE,
@@ -42,14 +43,17 @@ SIMT_MAX_ELEMENTS = 1 << 20
 
 
 class _Plan:
-    __slots__ = ("config", "view", "sf_shape", "y_shape", "launches", "lock")
+    __slots__ = ("config", "view", "sf_shape", "sf_bytes", "sf_dtypes", "y_shape", "y_bytes", "y_dtypes", "launches",
+                 "lock")
 
-    def __init__(self, config, view: RowsView, fmt: str, sf_layout: str) -> None:
+    def __init__(self, config, view: RowsView, fmt: str, sf_layout: str, dtype: str) -> None:
         self.config = config
         self.view = view
         cols = 2 * view.width
         self.sf_shape = sf_shape(view.lead_shape, view.rows, cols // GROUP_SIZE[fmt], sf_layout)
+        self.sf_bytes, self.sf_dtypes = math.prod(self.sf_shape), SF_DTYPES[GROUP_SIZE[fmt]]
         self.y_shape = view.lead_shape + (cols,)
+        self.y_bytes, self.y_dtypes = math.prod(self.y_shape) * OUT_BYTES[dtype], VALUE_DTYPES[dtype]
         self.launches: dict[tuple, KernelLaunch] = {}
         self.lock = threading.Lock()
 
@@ -87,14 +91,19 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
     return DequantizeConfig(**call)
 
 
+# What each kernel takes per call, in the order the call passes it (the launch checks the names).
+TMA_ARGS = ("sf", "out", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
+SIMT_ARGS = ("q", "q_row_stride", "sf", "out", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols")
+
+
 def _kernel_launch(cfg, view: RowsView, dev) -> KernelLaunch:
     kernel = get_kernel(cfg.spec, dev.ordinal)
     rows, cols = view.rows, 2 * view.width
     if isinstance(cfg, DequantizeSimtConfig):
         grid = cfg.spec.grid.size(rows * cols // cfg.unit, dev.sm_count, kernel.ctas_per_sm)
-        return KernelLaunch(cfg, kernel, grid)
+        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS)
     grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
-    return KernelLaunch(cfg, kernel, grid, dynamic, (("q", (view.width, rows), (view.row_stride,)),))
+    return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, (("q", (view.width, rows), (view.row_stride,)),))
 
 
 def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl, outputs=cupy_outputs):
@@ -107,15 +116,15 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     if plan is None or plan.config is not config:
         view = rows_view(qa, "q", Q_DTYPES, "uint8 bytes (two e2m1 codes each)", 2, GROUP_SIZE[fmt],
                          f" for {fmt.upper()}")
-        plan = plans.put(key, _Plan(config, view, fmt, sf_layout))
+        plan = plans.put(key, _Plan(config, view, fmt, sf_layout, dtype))
     view = plan.view
     q_span = view.span(qa.ptr)
     sfa = as_operand(sf, "sf")
-    check_output(sfa, "sf", plan.sf_shape, SF_DTYPES[GROUP_SIZE[fmt]], view.device, ())
+    check_output(sfa, "sf", plan.sf_shape, plan.sf_bytes, plan.sf_dtypes, view.device, ())
     scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
     handle = stream_handle(stream, qa)
-    y = output(out, "out", plan.y_shape, VALUE_DTYPES[dtype], view.device,
-               (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + sfa.nbytes))), outputs, dtype, handle)
+    y = output(out, "out", plan.y_shape, plan.y_bytes, plan.y_dtypes, view.device,
+               (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + plan.sf_bytes))), outputs, dtype, handle)
     check_pdl(pdl)
     check_config_type(config)
     if view.empty:
@@ -129,14 +138,12 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         launch = _kernel_launch(resolve_config(config, view, qa.ptr, y.ptr, call), view, dev)
         with plan.lock:
             plan.launches[(mode, aligned)] = launch
-    args = {"sf": sfa.ptr, "out": y.ptr, "tensor_sf_value": scale.value, "tensor_sf_ptr": scale.ptr,
-            "rows": view.rows, "cols": 2 * view.width}
-    if launch.kernel.spec.maps:
-        args["tickets"] = launch.tickets(handle)
-        launch(handle, pdl, args, (qa.ptr,))
+    if launch.maps_from:
+        launch(handle, pdl, (sfa.ptr, y.ptr, scale.value, scale.ptr, view.rows, 2 * view.width,
+                             launch.tickets(handle)), (qa.ptr,))
     else:
-        args.update(q=qa.ptr, q_row_stride=view.row_stride)
-        launch(handle, pdl, args)
+        launch(handle, pdl, (qa.ptr, view.row_stride, sfa.ptr, y.ptr, scale.value, scale.ptr, view.rows,
+                             2 * view.width))
     return y.obj
 
 

@@ -36,8 +36,8 @@ class _Launches:
             kernel = get_kernel(cfg.spec, ordinal)
             units = view.rows * view.width // cfg.elements_per_unit
             self.partials = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
-            self.amax = KernelLaunch(cfg, kernel, self.partials)
-        self.scale = KernelLaunch(None, scale_kernel, 1)
+            self.amax = KernelLaunch(cfg, kernel, self.partials, ("x", "row_stride", "rows", "cols", "partial"))
+        self.scale = KernelLaunch(None, scale_kernel, 1, ("partial", "count", "scale"))
 
 
 class _Plan:
@@ -80,7 +80,6 @@ def global_scale(x, *, stream=None, pdl=True, outputs=cupy_outputs):
     buffer = outputs("scale", (1 + launches.partials,), view.device, handle)
     partial_ptr = buffer.ptr + 4
     if launches.amax is not None:
-        launches.amax(handle, pdl, {"x": xa.ptr, "row_stride": view.row_stride, "rows": view.rows,
-                                    "cols": view.width, "partial": partial_ptr})
-    launches.scale(handle, pdl, {"partial": partial_ptr, "count": launches.partials, "scale": buffer.ptr})
+        launches.amax(handle, pdl, (xa.ptr, view.row_stride, view.rows, view.width, partial_ptr))
+    launches.scale(handle, pdl, (partial_ptr, launches.partials, buffer.ptr))
     return buffer.obj[0]

@@ -57,10 +57,11 @@ def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> Operand:
     return as_operand(cupy_empty(shape, _CUPY_DTYPES[role], device, stream), "output")
 
 
-def output(buf, name: str, shape: tuple, dtypes, device: int, others, outputs, role: str, stream: int) -> Operand:
+def output(buf, name: str, shape: tuple, nbytes: int, dtypes, device: int, others, outputs, role: str,
+           stream: int) -> Operand:
     """The caller's buffer, checked by ``check_output``, or a new one from ``outputs``."""
     if buf is None:
         return outputs(role, shape, device, stream)
     operand = as_operand(buf, name)
-    check_output(operand, name, shape, dtypes, device, others)
+    check_output(operand, name, shape, nbytes, dtypes, device, others)
     return operand

@@ -13,10 +13,11 @@ already fixes.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
-from ..cuda.driver import in_context
-from ..cuda.launch import Launcher
+from ..cuda.driver import in_context, is_current
+from ..cuda.launch import ArgPacker, LaunchTemplate
 from ..cuda.tile_tickets import counter_for
 from ..cuda.tma import TensorMapCache, TensorMapSpec
 from ..jit.loader import LoadedKernel
@@ -78,19 +79,25 @@ class KernelLaunch:
     pointers and kept (bounded).
     """
 
-    __slots__ = ("config", "kernel", "launcher", "dynamic", "_map_statics", "_maps", "_maps_lock")
+    __slots__ = ("config", "kernel", "device", "packer", "order", "template", "dynamic", "maps_from", "_map_statics",
+                 "_maps", "_maps_lock")
 
-    def __init__(self, config, kernel: LoadedKernel, grid: int, dynamic: bool = False, map_shapes=()) -> None:
+    def __init__(self, config, kernel: LoadedKernel, grid: int, arg_names: tuple[str, ...], dynamic: bool = False,
+                 map_shapes=()) -> None:
         spec = kernel.spec
         self.config = config
         self.kernel = kernel
-        self.launcher = Launcher(kernel.device, kernel.function, spec.params, grid, spec.threads, spec.smem_bytes)
+        self.device = kernel.device
+        self.packer = ArgPacker(spec.params)
+        self.order = self.packer.order(arg_names)  # the call's values, by these names, in the kernel's order
+        self.template = LaunchTemplate(kernel.function, grid, spec.threads, spec.smem_bytes)
         self.dynamic = dynamic  # CTAs take tiles from the stream's counter (tile_tickets)
         self._map_statics = tuple(
             shape if isinstance(shape, int) else (shape[0], box.element_bytes, shape[1], shape[2], box.box,
                                                   box.swizzle, box.l2_promotion)
             for box, shape in zip(spec.maps, map_shapes)
         )
+        self.maps_from = bool(spec.maps)  # whether a launch takes its pointers' tensor maps
         self._maps: dict[tuple, tuple] = {}
         self._maps_lock = threading.Lock()
 
@@ -119,8 +126,24 @@ class KernelLaunch:
         """The tile counter of a launch on ``stream`` (0: the static tile order)."""
         return counter_for(self.kernel.device, stream) if self.dynamic else 0
 
-    def __call__(self, stream: int, pdl: bool, args: dict, map_pointers: tuple = ()) -> None:
-        if map_pointers:
-            addresses, objects = self.maps(map_pointers)
-            args.update(zip(self.launcher.packer.map_names, addresses))
-        self.launcher(stream, pdl, args)
+    @property
+    def grid(self) -> int:
+        return self.template.grid
+
+    def __call__(self, stream: int, pdl: bool, values: tuple, map_pointers: tuple = ()) -> None:
+        """Pack ``values`` (in the order of the ``arg_names`` given at construction) and
+        the maps of ``map_pointers``, and launch in the device's primary context
+        (pushed only when another context is current)."""
+        if self.maps_from:
+            addresses, objects = self._maps.get(map_pointers) or self.maps(map_pointers)
+        else:
+            addresses, objects = (), ()
+        if self.order is not None:
+            values = [values[i] for i in self.order]
+        address = self.packer.pack(addresses, values)
+        if is_current(self.device):
+            self.template.launch(stream, address, pdl)
+        else:
+            with in_context(self.device):
+                self.template.launch(stream, address, pdl)
+        del objects  # the maps' storage, alive until the driver has copied it

@@ -36,7 +36,7 @@ from .plans import KernelLaunch, plans
 from .streams import stream_handle
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per format, cheap in plan keys
 class Format:
     """What a public function quantizes to: NVFP4 (groups of 16, e4m3 scales, a
     tensor scale) or MXFP4 (groups of 32, e8m0 scales rounded by ``mx_mode``)."""
@@ -47,6 +47,7 @@ class Format:
 
     @property
     def sf_role(self) -> str:
+        """The output role of this format's scales (``ops.outputs``)."""
         return f"sf{self.sf_vec_size}"
 
 
@@ -56,13 +57,24 @@ _INPUT_WHAT = "bfloat16 or float16 values (uint16 holds bf16 bits)"
 
 
 class _Plan:
-    __slots__ = ("config", "view", "q_shape", "sf_shape", "swizzled", "rows_aligned", "launches", "lock")
+    """What the rules on ``x`` derived for one kind of call (its view, the outputs' shapes),
+    and the kernel launches chosen for it so far."""
+
+    __slots__ = ("config", "view", "device", "rows", "cols", "row_stride", "x_extent", "empty", "q_shape", "sf_shape",
+                 "q_bytes", "sf_bytes", "sf_dtypes", "sf_role", "tensor_scaled", "swizzled", "rows_aligned",
+                 "launches", "lock")
 
     def __init__(self, config, view: RowsView, fmt: Format, sf_layout: str) -> None:
         self.config = config  # the caller's object (or None): keeps its id unique while the plan is stored
         self.view = view
+        self.device, self.rows, self.cols, self.row_stride = view.device, view.rows, view.width, view.row_stride
+        self.x_extent = view.span(0)[1]  # bytes from x's base address that x may touch
+        self.empty = view.empty
+        self.sf_role, self.tensor_scaled = fmt.sf_role, fmt.sf_vec_size == 16
         self.q_shape = view.lead_shape + (view.width // 2,)
         self.sf_shape = sf_shape(view.lead_shape, view.rows, view.width // fmt.sf_vec_size, sf_layout)
+        self.q_bytes, self.sf_bytes = math.prod(self.q_shape), math.prod(self.sf_shape)
+        self.sf_dtypes = SF_DTYPES[fmt.sf_vec_size]
         self.swizzled = sf_layout == "swizzled"
         self.rows_aligned = (view.row_stride * view.itemsize) % 16 == 0
         self.launches: dict[tuple, KernelLaunch] = {}
@@ -121,12 +133,17 @@ def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode
     return chosen.replace(**call)
 
 
+# What each kernel takes per call, in the order the call passes it (the launch checks the names).
+TMA_ARGS = ("sf_linear", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
+SIMT_ARGS = ("x", "x_row_stride", "q", "sf", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols")
+
+
 def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
     kernel = get_kernel(cfg.spec, dev.ordinal)
     rows, cols = view.rows, view.width
     if isinstance(cfg, SimtConfig):
         grid = cfg.spec.grid.size(cfg.work_items(rows, cols, swizzled), dev.sm_count, kernel.ctas_per_sm)
-        return KernelLaunch(cfg, kernel, grid)
+        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS)
     grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
     k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
     map_shapes = (
@@ -134,7 +151,7 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
         ("out", (cols // 2, rows), (cols // 2,)),
         ("sf_out", (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks)) if swizzled else 1,
     )
-    return KernelLaunch(cfg, kernel, grid, dynamic, map_shapes)
+    return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, map_shapes)
 
 
 def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, outputs=cupy_outputs):
@@ -145,33 +162,33 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     plan = plans.get(key)
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
-    view = plan.view
-    scale = tensor_scale(tensor_sf, view.device) if fmt.sf_vec_size == 16 else NO_TENSOR_SCALE
+    device = plan.device
+    scale = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
     handle = stream_handle(stream, xa)
-    x_span = view.span(xa.ptr)
-    q = output(out, "out", plan.q_shape, Q_DTYPES, view.device, (("x", x_span),), outputs, "q", handle)
-    sf = output(sf_out, "sf_out", plan.sf_shape, SF_DTYPES[fmt.sf_vec_size], view.device,
-                (("x", x_span), ("out", (q.ptr, q.ptr + q.nbytes))), outputs, fmt.sf_role, handle)
+    x_ptr = xa.ptr
+    x_span = (x_ptr, x_ptr + plan.x_extent)
+    q = output(out, "out", plan.q_shape, plan.q_bytes, Q_DTYPES, device, (("x", x_span),), outputs, "q", handle)
+    q_ptr = q.ptr
+    sf = output(sf_out, "sf_out", plan.sf_shape, plan.sf_bytes, plan.sf_dtypes, device,
+                (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))), outputs, plan.sf_role, handle)
     check_pdl(pdl)
     check_config_type(config, fmt)
-    if view.empty:
+    if plan.empty:
         return q.obj, sf.obj
-    aligned = plan.rows_aligned and not ((xa.ptr | q.ptr | (sf.ptr if plan.swizzled else 0)) & 15)
+    sf_ptr = sf.ptr
+    aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
     launch = plan.launches.get((scale.mode, aligned))
     if launch is None:
-        dev = driver.device(view.device)
-        cfg = resolve_config(config, view, (xa.ptr, q.ptr, sf.ptr), sf_layout, scale.mode, dev.arch, fmt)
-        launch = _kernel_launch(cfg, view, plan.swizzled, dev)
+        dev = driver.device(device)
+        cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, scale.mode, dev.arch, fmt)
+        launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
         with plan.lock:
             plan.launches[(scale.mode, aligned)] = launch
-    args = {"tensor_sf_value": scale.value, "tensor_sf_ptr": scale.ptr, "rows": view.rows, "cols": view.width}
-    if launch.kernel.spec.maps:
-        args["sf_linear"] = 0 if plan.swizzled else sf.ptr
-        args["tickets"] = launch.tickets(handle)
-        launch(handle, pdl, args, (xa.ptr, q.ptr, sf.ptr))
+    if launch.maps_from:
+        launch(handle, pdl, (0 if plan.swizzled else sf_ptr, scale.value, scale.ptr, plan.rows, plan.cols,
+                             launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
-        args.update(x=xa.ptr, x_row_stride=view.row_stride, q=q.ptr, sf=sf.ptr)
-        launch(handle, pdl, args)
+        launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, scale.value, scale.ptr, plan.rows, plan.cols))
     return q.obj, sf.obj
 
 
