@@ -7,7 +7,9 @@ and streams with TMA descriptors and programmatic dependent launch.
 
 from ._version import __version__
 from .ops.quantize import quantize_mxfp4, quantize_nvfp4
-from .jit.compiler import CompileError
+from .jit.compiler import CompileError, JitDisabledError, NvrtcError
+from .jit.precompile import precompile
+from .kernels.archs import UnsupportedDeviceError
 from .ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
 from .kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from .ops.global_scale import global_scale
@@ -33,6 +35,10 @@ __all__ = [
     "default_config",
     "ConfigError",
     "CompileError",
+    "NvrtcError",
+    "JitDisabledError",
+    "UnsupportedDeviceError",
+    "precompile",
     "TmaError",
     "swizzle_sf",
     "unswizzle_sf",

@@ -86,7 +86,7 @@ CONFIGS = {
     "m256": QuantizeConfig(tile_m=256, num_stages=2),
     "wg3_noswz": QuantizeConfig(tile_k=192, output_box_k=96, output_swizzle=S.NONE, consumer_warpgroups=3),
     "linear_ptr_fp16": QuantizeConfig(sf_layout="linear", tensor_sf_mode="pointer", input_dtype="float16"),
-    "no_setmaxnreg_sm100": QuantizeConfig(setmaxnreg=False, arch="sm_100a"),
+    "no_setmaxnreg_sm100": QuantizeConfig(setmaxnreg=False, arch="sm_100f"),
     "2cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1,
                            min_ctas_per_sm=2, out_buffers=3),
 }
@@ -145,7 +145,7 @@ def test_render_tma_flags(name):
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if cfg.tensor_sf_mode == "pointer" else "0")
     assert d["FP4Q_INPUT_FP16"] == ("1" if cfg.input_dtype == "float16" else "0")
     assert d["FP4Q_SETMAXNREG"] == ("1" if cfg.setmaxnreg else "0")
-    if cfg.arch == "sm_100a":
+    if cfg.arch == "sm_100f":
         assert d["FP4Q_HAS_CVT_E2M1"] == "1"
     else:
         assert "FP4Q_HAS_CVT_E2M1" not in d
@@ -157,8 +157,8 @@ def test_render_without_setmaxnreg_has_no_register_constants():
     assert "#define FP4Q_SETMAXNREG 0" in src
 
 
-@pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100a", True)])
-def test_cvt_e2m1_flag_only_for_sm_100a(arch, has):
+@pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100f", True)])
+def test_cvt_e2m1_flag_only_for_sm_100f(arch, has):
     for cfg in (QuantizeConfig(arch=arch), SimtConfig(arch=arch)):
         src = render(cfg).source
         assert ("#define FP4Q_HAS_CVT_E2M1 1" in src) is has
@@ -226,7 +226,7 @@ def test_equal_configs_render_identical_sources():
         dict(sf_layout="linear"),
         dict(tensor_sf_mode="pointer"),
         dict(input_dtype="float16"),
-        dict(arch="sm_100a"),
+        dict(arch="sm_100f"),
     ],
     ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
 )
@@ -246,7 +246,7 @@ def test_persistent_changes_only_the_summary():
 
 
 def test_all_distinct_configs_render_distinct_sources():
-    cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100a")]
+    cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100f")]
     sources = [render(c) for c in cfgs]
     assert len(set(sources)) == len(cfgs)
 
@@ -290,7 +290,7 @@ def test_render_wrong_type_raises_type_error(bad):
 # --- numerics probe ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100f"])
 def test_render_numerics_probe(arch):
     src = render_numerics_probe(arch)
     assert src.kernel_name == "fp4q_numerics_probe" and src.arch == arch
@@ -298,10 +298,10 @@ def test_render_numerics_probe(arch):
     assert 'extern "C" __global__ void fp4q_numerics_probe(' in src.source
     d = defines(src.source)
     assert d["FP4Q_INPUT_FP16"] == "0"
-    assert ("FP4Q_HAS_CVT_E2M1" in d) is (arch == "sm_100a")
+    assert ("FP4Q_HAS_CVT_E2M1" in d) is (arch == "sm_100f")
     # the numerics header is present exactly once
     assert src.source.count("FP4Q_DEVICE u32 nvfp4_scale_pair(") == 1
 
 
 def test_numerics_probe_differs_by_arch():
-    assert render_numerics_probe("sm_90a").source != render_numerics_probe("sm_100a").source
+    assert render_numerics_probe("sm_90a").source != render_numerics_probe("sm_100f").source

@@ -21,7 +21,7 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
 from fp4q.kernels.variants import all_variants
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = ("sm_90a", "sm_100f")
 VARIANTS = [(arch, name, cfg) for arch in ARCH_LIST for name, cfg in all_variants(arch).items()]
 EM_CUDA = 190
 
@@ -158,11 +158,11 @@ def test_broken_source_raises_compile_error(tmp_path):
 
 
 def test_syntax_error_log(tmp_path):
-    src = KernelSource("k", "this is not C++\n", "sm_100a")
+    src = KernelSource("k", "this is not C++\n", "sm_100f")
     with pytest.raises(CompileError, match="expected a declaration") as info:
         compile_source(src, cache=BinaryCache(tmp_path))
     assert info.value.source == "this is not C++\n"
-    assert "for sm_100a" in str(info.value)
+    assert "for sm_100f" in str(info.value)
 
 
 def test_ptxas_error_is_a_compile_error(tmp_path):
@@ -188,8 +188,8 @@ def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
     assert "sm_90a" in info.value.log
 
 
-def test_hardware_e2m1_cvt_compiles_for_sm_100a(tmp_path):
-    kernel = compile_source(e2m1_source("sm_100a"), cache=BinaryCache(tmp_path))
+def test_hardware_e2m1_cvt_compiles_for_sm_100f(tmp_path):
+    kernel = compile_source(e2m1_source("sm_100f"), cache=BinaryCache(tmp_path))
     assert_is_cubin(kernel.cubin, "e2m1")
     assert kernel.resources.spill_bytes == 0
 
@@ -197,7 +197,7 @@ def test_hardware_e2m1_cvt_compiles_for_sm_100a(tmp_path):
 def test_e2m1_wrapper_is_hidden_without_the_flag(tmp_path):
     source = expand_includes("ptx.cuh") + E2M1_KERNEL
     with pytest.raises(CompileError, match="cvt_rn_satfinite_e2m1x2_f32"):
-        compile_source(KernelSource("e2m1", source, "sm_100a"), cache=BinaryCache(tmp_path))
+        compile_source(KernelSource("e2m1", source, "sm_100f"), cache=BinaryCache(tmp_path))
 
 
 # --- the cache --------------------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_different_sources_and_archs_get_different_keys(tmp_path):
     cache = BinaryCache(tmp_path)
     a = compile_source(tiny_source("a"), cache=cache)
     b = compile_source(tiny_source("b"), cache=cache)
-    a100 = compile_source(tiny_source("a", "sm_100a"), cache=cache)
+    a100 = compile_source(tiny_source("a", "sm_100f"), cache=cache)
     assert len({a.key, b.key, a100.key}) == 3
     assert not b.cache_hit and not a100.cache_hit
     assert a.cubin != a100.cubin
@@ -344,7 +344,7 @@ def test_key_changes_with_source_arch_name_and_options(monkeypatch):
     keys = {
         key_of(src),
         key_of(KernelSource(src.kernel_name, src.source + "\n", src.arch)),
-        key_of(KernelSource(src.kernel_name, src.source, "sm_100a")),
+        key_of(KernelSource(src.kernel_name, src.source, "sm_100f")),
         key_of(KernelSource("other_name", src.source, src.arch)),
     }
     monkeypatch.setattr(compiler, "BASE_OPTIONS", compiler.BASE_OPTIONS + ("-lineinfo",))

@@ -23,7 +23,7 @@ from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 from helpers import assert_bytes_equal, random_bf16
 
 gpu = pytest.mark.gpu
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = ("sm_90a", "sm_100f")
 
 
 def raises_config(*fragments):
@@ -48,7 +48,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("cls", [DequantizeConfig, DequantizeSimtConfig])
 @pytest.mark.parametrize("field, value, message", [
-    ("arch", "sm_80", "arch must be one of 'sm_90a', 'sm_100a', got 'sm_80'"),
+    ("arch", "sm_89", "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"),
     ("fmt", "fp8", "fmt must be one of 'nvfp4', 'mxfp4', got 'fp8'"),
     ("out_dtype", "float16", "out_dtype must be one of 'bfloat16', 'float32', got 'float16'"),
     ("sf_layout", "tiled", "sf_layout must be one of 'swizzled', 'linear', got 'tiled'"),
@@ -157,7 +157,7 @@ def test_every_code_affecting_field_changes_the_source():
     base = codegen.render(DequantizeConfig()).source
     for changes in [dict(tile_m=64), dict(tile_k=256), dict(num_stages=2), dict(consumer_warps=4),
                     dict(min_ctas_per_sm=1), dict(out_dtype="float32"), dict(sf_layout="linear"),
-                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100a")]:
+                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100f")]:
         assert codegen.render(DequantizeConfig(**changes)).source != base, changes
 
 

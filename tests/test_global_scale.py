@@ -21,7 +21,7 @@ from fp4q.kernels.variants import GLOBAL_SCALE, all_variants
 from helpers import assert_bytes_equal, bf16_bits, edge_groups, random_bf16
 
 gpu = pytest.mark.gpu
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = ("sm_90a", "sm_100f")
 
 
 def raises_config(*fragments):
@@ -38,7 +38,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("cls", [AmaxConfig, GlobalScaleConfig])
 def test_shared_rules(cls):
-    with raises_config("arch must be one of 'sm_90a', 'sm_100a', got 'sm_89'"):
+    with raises_config("arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"):
         cls(arch="sm_89")
     with raises_config("threads must be one of 128, 256, 512, 1024, got 96"):
         cls(threads=96)
@@ -70,8 +70,8 @@ def test_render_amax(vector, dtype):
 
 
 def test_render_global_scale():
-    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100a"))
-    assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100a")
+    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100f"))
+    assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100f")
     assert "constexpr int SCALE_THREADS = 128;" in prelude(src.source)
     assert "div_rn(2688.0f, amax)" in src.source  # the spec's correctly rounded division
 

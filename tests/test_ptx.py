@@ -156,8 +156,8 @@ def defined_wrappers(text: str) -> list[str]:
 
 
 DEFINED = defined_wrappers(HEADER)
-TARGETS = [("sm_90a", False), ("sm_100a", False), ("sm_100a", True)]
-TARGET_IDS = ["sm_90a", "sm_100a", "sm_100a-cvt_e2m1"]
+TARGETS = [("sm_90a", False), ("sm_100f", False), ("sm_100f", True)]
+TARGET_IDS = ["sm_90a", "sm_100f", "sm_100f-cvt_e2m1"]
 
 
 def kernel_source(arch: str, e2m1: bool) -> KernelSource:

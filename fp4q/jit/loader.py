@@ -32,7 +32,7 @@ class LoadedKernel:
 @functools.lru_cache(maxsize=None)
 def compiled(config) -> CompiledKernel:
     """The cubin for ``config`` (rendered and compiled once per process)."""
-    return compile_source(render(config))
+    return compile_source(render(config), variant=config)
 
 
 def _launch_shape(config) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import pathlib
 import re
 from dataclasses import dataclass, fields
 
-from ..kernels.archs import ARCHS
+from ..kernels.archs import target
 from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
@@ -81,7 +81,7 @@ def _prelude(config, constants: dict[str, int], flags: dict[str, bool]) -> str:
     lines = [f"// fp4q generated: {type(config).__name__}({summary})"]
     for name, value in flags.items():
         lines.append(f"#define {name} {int(value)}")
-    if ARCHS[config.arch].has_cvt_e2m1:
+    if target(config.arch).features.cvt_e2m1:
         lines.append("#define FP4Q_HAS_CVT_E2M1 1")
     for name, value in constants.items():
         lines.append(f"constexpr int {name} = {int(value)};")
@@ -136,10 +136,9 @@ def render_simt(config: SimtConfig) -> KernelSource:
 
 def render_numerics_probe(arch: str) -> KernelSource:
     """A kernel that applies the numerics header to raw floats, for bit-exact tests."""
-    limits = ARCHS[arch]
     flags = {"FP4Q_INPUT_FP16": False}
     lines = [f"#define {k} {int(v)}" for k, v in flags.items()]
-    if limits.has_cvt_e2m1:
+    if target(arch).features.cvt_e2m1:
         lines.append("#define FP4Q_HAS_CVT_E2M1 1")
     source = "\n".join(lines) + "\n" + expand_includes("numerics_probe.cu")
     return KernelSource("fp4q_numerics_probe", source, arch)

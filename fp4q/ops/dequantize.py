@@ -18,6 +18,7 @@ from ..cuda import driver
 from .arrays import _as_cupy, _cupy, _overlaps, _span, as_tensor_sf, check_rows_flatten, empty_on, stream_handle
 from ..kernels.quantize import SF_LAYOUTS
 from ..kernels.spec import Swizzle
+from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..jit.loader import get_kernel
 from ..cuda.launch import TensorMapArg, launch
@@ -156,7 +157,7 @@ def _resolve_config(config, view: CodesView, out, call: dict):
         if obstacle is not None:
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
-    if obstacle is not None or view.rows * view.cols < SIMT_MAX_ELEMENTS:
+    if obstacle is not None or view.rows * view.cols < SIMT_MAX_ELEMENTS or not target(call["arch"]).features.tma:
         return DequantizeSimtConfig(**call)
     return DequantizeConfig(**call)
 
@@ -202,7 +203,9 @@ def _dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pd
         grid = max(1, min(math.ceil(units / cfg.threads), dev.sm_count * kernel.ctas_per_sm * _SIMT_WAVES))
         args = [ctypes.c_void_p(view.ptr), ctypes.c_int64(view.row_stride), *scalars]
     with driver.in_context(dev):
-        launch(kernel.function, grid, kernel.threads, kernel.smem_bytes, handle, args, pdl)
+        # A kernel built without griddepcontrol must not start before its predecessor ends.
+        launch(kernel.function, grid, kernel.threads, kernel.smem_bytes, handle, args,
+               pdl and target(cfg.arch).features.pdl)
     return y
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cuda import driver
 from .arrays import InputView, _cupy, as_input, empty_on, stream_handle
+from ..kernels.archs import target
 from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
 from ..jit.loader import get_kernel
 from ..cuda.launch import LaunchTemplate
@@ -51,10 +52,12 @@ class _Plan:
     """What one kind of call resolved (kernels, grid, buffer size), so that a later call of the
     same kind only allocates its buffer, packs its pointers and launches."""
 
-    __slots__ = ("device", "partials", "row_stride", "rows", "cols", "amax", "scale")
+    __slots__ = ("device", "partials", "row_stride", "rows", "cols", "amax", "scale", "pdl")
 
     def __init__(self, device, view: InputView, amax_kernel, partials: int, scale_kernel) -> None:
         self.device = device
+        # Kernels built without griddepcontrol must not start before their predecessor ends.
+        self.pdl = target(scale_kernel.config.arch).features.pdl
         self.partials = partials
         # Converted as the kernel's i64 / i32 parameters convert them.
         self.row_stride = ctypes.c_int64(view.row_stride).value
@@ -65,6 +68,7 @@ class _Plan:
         self.scale = LaunchTemplate(scale_kernel.function, 1, scale_kernel.threads, 0)
 
     def __call__(self, x_ptr: int, stream: int, pdl: bool):
+        pdl = pdl and self.pdl
         buffer = empty_on((1 + self.partials,), np.float32, self.device.ordinal, stream)
         scale_ptr = buffer.data.ptr
         partial_ptr = scale_ptr + 4

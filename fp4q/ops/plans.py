@@ -25,6 +25,7 @@ import math
 import struct
 import threading
 
+from ..kernels.archs import target
 from ..kernels.spec import Swizzle
 from ..cuda.driver import in_context, is_current
 from ..cuda.launch import LaunchTemplate
@@ -131,19 +132,21 @@ def launch_in_context(device, template: LaunchTemplate, stream: int, params_addr
 
 
 class _Launcher:
-    __slots__ = ("config", "kernel", "device", "grid", "template", "rows", "cols")
+    __slots__ = ("config", "kernel", "device", "grid", "template", "rows", "cols", "pdl")
 
     def __init__(self, config, kernel, grid: int, rows: int, cols: int) -> None:
         self.config = config
         self.kernel = kernel
         self.device = kernel.device
+        # A kernel built without griddepcontrol must not start before its predecessor ends.
+        self.pdl = target(config.arch).features.pdl
         self.grid = grid
         self.template = LaunchTemplate(kernel.function, grid, kernel.threads, kernel.smem_bytes)
         self.rows = _int32(rows)
         self.cols = _int32(cols)
 
     def _launch(self, stream: int, params_address: int, pdl: bool) -> None:
-        launch_in_context(self.device, self.template, stream, params_address, pdl)
+        launch_in_context(self.device, self.template, stream, params_address, pdl and self.pdl)
 
 
 class TmaLauncher(_Launcher):
