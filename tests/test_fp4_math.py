@@ -1,6 +1,8 @@
 """The numerics header on the GPU, step by step, against the reference:
 the software e2m1 conversion of sm_90a over hand-picked and random float32
-bit patterns, and the e4m3 scale / inverse computation."""
+bit patterns, and the e4m3 scale / inverse computation; on a Hopper GPU
+also the pre-Hopper build (software e2m1 and e4m3, sm_80's flags compiled
+for sm_90a)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ import ctypes
 import numpy as np
 import pytest
 
+from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.numerics import reference
 
 gpu = pytest.mark.gpu
+BUILDS = ["device", EMULATED_SM_80]
 
 
-def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
+def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "device"):
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
     from fp4q.jit.render import render_numerics_probe
@@ -22,7 +26,9 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
     from fp4q.cuda.launch import launch
 
     dev = driver.device(cp.cuda.Device().id)
-    kernel = compile_source(render_numerics_probe(dev.arch))
+    if build != "device" and dev.arch != "sm_90a":
+        pytest.skip(f"the {build} build is compiled for sm_90a; this device's target is {dev.arch}")
+    kernel = compile_source(render_numerics_probe(dev.arch if build == "device" else build))
     cu = driver._cu()
     with driver.in_context(dev):
         module = driver.check(cu.cuModuleLoadData(kernel.cubin), "cuModuleLoadData")
@@ -53,10 +59,11 @@ def _interesting_floats(rng) -> np.ndarray:
 
 
 @gpu
-def test_e2m1_conversion_bit_exact():
+@pytest.mark.parametrize("build", BUILDS)
+def test_e2m1_conversion_bit_exact(build):
     rng = np.random.default_rng(0)
     v = _interesting_floats(rng)
-    codes, _, _ = _probe(v, np.zeros_like(v), 1.0)
+    codes, _, _ = _probe(v, np.zeros_like(v), 1.0, build)
     nibbles = reference.e2m1_encode(v).astype(np.uint32).reshape(-1, 8)
     want = (nibbles << (4 * np.arange(8, dtype=np.uint32))).sum(axis=1, dtype=np.uint32)
     bad = np.flatnonzero(codes != want)
@@ -64,12 +71,17 @@ def test_e2m1_conversion_bit_exact():
 
 
 @gpu
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0])
-def test_scale_and_inverse_bit_exact(tensor_sf):
+def test_scale_and_inverse_bit_exact(tensor_sf, build):
     rng = np.random.default_rng(1)
     amax = np.abs(rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32))
     amax[:8] = [0, np.inf, np.nan, 1e-45, 6 * 448, 3e38, 1e-30, 6]
-    _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf)
+    # every float32 around the e4m3 grid's ties and its saturation and subnormal edges
+    edges = np.float32(np.array([448, 464, 480, 2.0**-6, 2.0**-9, 2.0**-10, 1.5 * 2.0**-9], np.float32) * 6)
+    near = np.concatenate([np.nextafter(edges, np.float32(0)), edges, np.nextafter(edges, np.float32(np.inf))])
+    amax[8 : 8 + len(near)] = near
+    _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf, build)
     tsf = np.float32(tensor_sf)
     with np.errstate(all="ignore"):
         want_sf = reference.e4m3_encode(tsf * (amax * reference.R6))

@@ -16,12 +16,13 @@ from fp4q.jit.compiler import compile_source
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
 from fp4q.numerics.layouts import swizzled_sf_shape
+from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.variants import GLOBAL_SCALE, all_variants
 
 from helpers import assert_bytes_equal, bf16_bits, edge_groups, random_bf16
 
 gpu = pytest.mark.gpu
-ARCH_LIST = ("sm_90a", "sm_100f")
+ARCH_LIST = tuple(ARCHS)
 
 
 def raises_config(*fragments):
@@ -87,8 +88,8 @@ def test_global_scale_kernels_are_in_all_variants(arch):
 
 @pytest.mark.parametrize("arch", ARCH_LIST)
 @pytest.mark.parametrize("name", sorted(GLOBAL_SCALE))
-def test_compiles_without_spills(arch, name):
-    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch)))
+def test_compiles_without_spills(arch, name, variants_cache):
+    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch)), cache=variants_cache)
     assert kernel.cubin[:4] == b"\x7fELF"
     assert kernel.resources.spill_bytes == 0 and kernel.resources.stack_bytes == 0, kernel.log
     assert "warning" not in kernel.log.lower(), kernel.log
