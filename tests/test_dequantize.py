@@ -101,7 +101,7 @@ def test_shared_memory_limits():
         DequantizeConfig(tile_m=128, tile_k=512, num_stages=16, consumer_warps=16)
     with raises_config("min_ctas_per_sm=4 CTAs of", "bytes of shared memory do not fit"):
         DequantizeConfig(tile_m=256, tile_k=256, num_stages=4, consumer_warps=16, min_ctas_per_sm=4)
-    with raises_config("min_ctas_per_sm=8 CTAs of 288 threads exceed 2048 threads per SM"):
+    with raises_config("min_ctas_per_sm=8 CTAs of 288 threads exceed 2048 threads per sm_90a SM"):
         DequantizeConfig(tile_m=32, min_ctas_per_sm=8)
 
 

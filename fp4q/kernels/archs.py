@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .._version import __version__
 from .rules import check_choice, require
 
 KB = 1024
@@ -185,16 +186,10 @@ def target_for(compute_capability: tuple[int, int], device: str | None = None) -
         return "sm_80"  # a plain sm_80 cubin runs on every 8.x
     known = ", ".join(f"{a}.{b}" for a, b in COMPUTE_CAPABILITIES)
     raise UnsupportedDeviceError(
-        f"fp4q {_package_version()} has no compile target for {who}: it knows compute capabilities {known}. "
+        f"fp4q {__version__} has no compile target for {who}: it knows compute capabilities {known}. "
         f"Its cubins are specific to the architectures and families they were built for and fp4q ships no "
         f"PTX to JIT, so a newer device needs a newer fp4q"
     )
-
-
-def _package_version() -> str:
-    from .._version import __version__
-
-    return __version__
 
 
 def fits(cfg, arch: str) -> bool:
