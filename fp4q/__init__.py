@@ -1,24 +1,29 @@
 """fp4q: NVFP4 quantization of bf16 activations on NVIDIA GPUs.
 
 Kernels are generated from ``ptx_templates/`` for each configuration,
-compiled with NVRTC to cubins (cached on disk) and launched on CuPy arrays
-and streams with TMA descriptors and programmatic dependent launch.
+compiled with NVRTC to cubins (cached on disk) and launched on CuPy arrays,
+torch tensors and streams with TMA descriptors and programmatic dependent
+launch. The layers, bottom up: ``numerics`` (the numpy reference and scale
+layouts), ``kernels`` (configs and the kernel specs they make), ``cuda``
+(driver, tensor maps, launch), ``jit`` (render, compile, cache, load),
+``ops`` (the public functions); ``fp4q.torch`` registers them as torch ops.
 """
 
 from ._version import __version__
-from .ops.quantize import quantize_mxfp4, quantize_nvfp4
+from .cuda.tma import TmaError
 from .jit.compiler import CompileError, JitDisabledError, NvrtcError
+from .jit.loader import kernel_cache_stats
 from .jit.precompile import precompile
 from .kernels.archs import UnsupportedDeviceError
-from .ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
 from .kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
-from .ops.global_scale import global_scale
-from .kernels.rules import ConfigError
 from .kernels.quantize import QuantizeConfig, SimtConfig, default_config
+from .kernels.rules import ConfigError
 from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
-from .cuda.tma import TmaError
+from .ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
+from .ops.global_scale import global_scale
+from .ops.quantize import config_for, quantize_mxfp4, quantize_nvfp4
 
 __all__ = [
     "__version__",
@@ -27,6 +32,8 @@ __all__ = [
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
+    "config_for",
+    "kernel_cache_stats",
     "DequantizeConfig",
     "DequantizeSimtConfig",
     "QuantizeConfig",
@@ -40,6 +47,8 @@ __all__ = [
     "UnsupportedDeviceError",
     "precompile",
     "TmaError",
+    "layouts",
+    "reference",
     "swizzle_sf",
     "unswizzle_sf",
     "swizzled_sf_shape",

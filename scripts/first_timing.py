@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import fp4q  # noqa: E402
 from fp4q.kernels.variants import SHIPPED  # noqa: E402
+from sweep_ops import bf16_normal  # noqa: E402
 from timing import copy_bytes, copy_fn, host_us_per_call, time_fn  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def main() -> None:
     print(f"{'shape':>12} {'config':>28} {'us':>8} {'copy us':>8} {'% copy':>7} {'TB/s':>6}")
     for shape in args.shapes.split(","):
         m, k = map(int, shape.split("x"))
-        x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
+        x = cp.asarray(bf16_normal(m, k, rng))
         q = cp.empty((m, k // 2), cp.uint8)
         sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
         copy = time_fn(copy_fn(m, k))

@@ -1,39 +1,57 @@
-"""cProfile of the host side of one quantize call with warm caches.
+"""cProfile of the host side of one quantize call with warm caches (needs a GPU)."""
 
-``python scripts/profile_host.py [call]``, call one of: value (a float
-tensor_sf, the default), device (a device float32 tensor_sf), dynamic
-(``tensor_sf="dynamic"``), two_calls (``global_scale`` then quantize)."""
+from __future__ import annotations
 
-import cProfile
-import pstats
-import sys
+import argparse
 
-import cupy as cp
-import numpy as np
-
-import fp4q
-
-x = cp.zeros((16, 4096), dtype=cp.uint16)
-q = cp.empty((16, 2048), cp.uint8)
-sf = cp.empty(fp4q.swizzled_sf_shape(16, 256), cp.uint8)
-tsf_dev = cp.asarray(np.float32(1.0)).reshape(())
 CALLS = {
-    "value": lambda: fp4q.quantize_nvfp4(x, 1.0, out=q, sf_out=sf),
-    "device": lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf),
-    "dynamic": lambda: fp4q.quantize_nvfp4(x, "dynamic", out=q, sf_out=sf),
-    "two_calls": lambda: fp4q.quantize_nvfp4(x, fp4q.global_scale(x), out=q, sf_out=sf),
+    "value": "a host float tensor_sf",
+    "device": "a device float32 tensor_sf",
+    "dynamic": 'tensor_sf="dynamic"',
+    "two_calls": "global_scale, then quantize",
 }
-name = sys.argv[1] if len(sys.argv) > 1 else "value"
-if name not in CALLS:
-    raise SystemExit(f"call must be one of {', '.join(CALLS)}, got {name!r}")
-call = CALLS[name]
-for _ in range(100):
-    call()
-cp.cuda.Device().synchronize()
-prof = cProfile.Profile()
-prof.enable()
-for _ in range(2000):
-    call()
-prof.disable()
-cp.cuda.Device().synchronize()
-pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("call", nargs="?", default="value", choices=CALLS,
+                        help="; ".join(f"{k}: {v}" for k, v in CALLS.items()) + " (default value)")
+    parser.add_argument("--calls", type=int, default=2000, help="profiled calls (default 2000)")
+    parser.add_argument("--top", type=int, default=25, help="functions listed, by own time (default 25)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import cProfile
+    import pstats
+
+    import cupy as cp
+    import numpy as np
+
+    import fp4q
+
+    x = cp.zeros((16, 4096), dtype=cp.uint16)
+    q = cp.empty((16, 2048), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(16, 256), cp.uint8)
+    tsf_dev = cp.asarray(np.float32(1.0)).reshape(())
+    call = {
+        "value": lambda: fp4q.quantize_nvfp4(x, 1.0, out=q, sf_out=sf),
+        "device": lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf),
+        "dynamic": lambda: fp4q.quantize_nvfp4(x, "dynamic", out=q, sf_out=sf),
+        "two_calls": lambda: fp4q.quantize_nvfp4(x, fp4q.global_scale(x), out=q, sf_out=sf),
+    }[args.call]
+    for _ in range(100):
+        call()
+    cp.cuda.Device().synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.calls):
+        call()
+    prof.disable()
+    cp.cuda.Device().synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

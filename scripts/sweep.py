@@ -101,7 +101,7 @@ def config_space(name: str) -> dict[str, QuantizeConfig | SimtConfig]:
 def _compile_one(args):
     cfg, cache_dir = args
     start = time.perf_counter()
-    kernel = compile_source(render(cfg), BinaryCache(cache_dir))
+    kernel = compile_source(render(cfg.spec), BinaryCache(cache_dir))
     return time.perf_counter() - start, kernel.resources, kernel.cache_hit
 
 
@@ -121,7 +121,7 @@ def compile_table(arches, layouts_modes: bool, out_dir: str | None) -> list[dict
                     firsts.setdefault(name.split("/")[0], (name, cfg))
                 variants = dict(firsts.values())
             for name, cfg in variants.items():
-                src = render(cfg)
+                src = render(cfg.spec)
                 start = time.perf_counter()
                 cold = compile_source(src, BinaryCache(cold_dir))
                 cold_ms = (time.perf_counter() - start) * 1e3

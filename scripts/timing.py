@@ -7,6 +7,7 @@ L2 flushed between repetitions unless the footprint is far larger than L2.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
 import cupy as cp
@@ -14,11 +15,19 @@ import cupy as cp
 L2_FLUSH_BYTES = 256 << 20
 
 
+# Entries a repetition may leave in the launch queue before the host could
+# block on a full queue (which would let host time leak into device time).
+QUEUE_BUDGET = 384
+# Spin per queued repetition: at least this, and twice the measured host time of a call plus 100 us.
+MIN_SPIN_PER_REP_US = 300.0
+
+
 @dataclass
 class Timing:
     median_us: float
     min_us: float
     samples: int
+    host_bound: bool = False  # the spin ended before a chunk was queued: host time may show as device time
 
 
 _flush_buf = None
@@ -34,7 +43,7 @@ def flush_l2() -> None:
 _SPIN = None
 
 
-def _spin(microseconds: float) -> None:
+def spin(microseconds: float) -> None:
     """Occupy the stream for a while so that everything enqueued after it
     runs back to back on the GPU, whatever the host's launch overhead."""
     global _SPIN
@@ -51,33 +60,58 @@ def _spin(microseconds: float) -> None:
     _SPIN((1,), (1,), (cp.int64(int(microseconds * 1000)),))
 
 
-def time_fn(fn, *, warmup: int = 5, reps: int = 50, flush: bool = True) -> Timing:
-    """Median and min device time of ``fn`` (one or more launches on the current stream).
+def chunk_size(reps: int, entries: int) -> int:
+    """Repetitions queued behind one spin: as many as fit the queue budget (a repetition is ``entries``
+    launches of fn, two events and a flush)."""
+    return max(1, min(reps, QUEUE_BUDGET // (entries + 4)))
 
-    All repetitions are enqueued behind a spin kernel, so host overhead never
-    shows as device time; each is bracketed by its own events and, with
-    ``flush``, preceded by an L2 flush.
+
+def spin_us(n: int, host_us: float) -> float:
+    """How long the spin must last for n repetitions of a call whose host time is ``host_us``."""
+    return n * max(MIN_SPIN_PER_REP_US, 2.0 * host_us + 100.0) + 2000.0
+
+
+def time_fn(fn, *, warmup: int = 5, reps: int = 50, flush: bool = True, entries: int = 1) -> Timing:
+    """Median and min device time of ``fn`` (``entries`` launches or fewer, on the current stream).
+
+    Each repetition is bracketed by its own events and, with ``flush``,
+    preceded by an L2 flush; the repetitions are queued behind a spin kernel
+    sized from the measured host time of one call, so host overhead never
+    shows as device time, in chunks small enough that the launch queue never
+    fills. ``host_bound`` in the result says whether a spin ran out before
+    its chunk was queued anyway.
     """
+    stream = cp.cuda.get_current_stream()
     for _ in range(warmup):
         fn()
-    stream = cp.cuda.get_current_stream()
-    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
-    _spin(300.0 * reps + 2000.0)
-    for start, end in events:
-        if flush:
-            flush_l2()
-        start.record(stream)
-        fn()
-        end.record(stream)
-    events[-1][1].synchronize()
-    samples = [cp.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events]
-    return Timing(statistics.median(samples), min(samples), len(samples))
+    stream.synchronize()
+    start = time.perf_counter()
+    fn()
+    host_us = (time.perf_counter() - start) * 1e6
+    stream.synchronize()
+    chunk = chunk_size(reps, entries)
+    samples: list[float] = []
+    host_bound = False
+    while len(samples) < reps:
+        n = min(chunk, reps - len(samples))
+        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(n)]
+        spin(spin_us(n, host_us))
+        spin_done = cp.cuda.Event()
+        spin_done.record(stream)
+        for begin, end in events:
+            if flush:
+                flush_l2()
+            begin.record(stream)
+            fn()
+            end.record(stream)
+        host_bound |= spin_done.done
+        events[-1][1].synchronize()
+        samples.extend(cp.cuda.get_elapsed_time(b, e) * 1e3 for b, e in events)
+    return Timing(statistics.median(samples), min(samples), len(samples), host_bound)
 
 
 def host_us_per_call(fn, calls: int = 2000) -> float:
     """Host (Python) time per call of ``fn`` with warm caches, in microseconds."""
-    import time
-
     for _ in range(50):
         fn()
     cp.cuda.get_current_stream().synchronize()

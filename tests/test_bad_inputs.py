@@ -95,11 +95,9 @@ def pytest_generate_tests(metafunc):
 
 
 def _forget_plans():
-    try:
-        from fp4q.ops import plans
-    except ImportError:  # a version without stored plans
-        return
-    plans.clear()
+    from fp4q.ops import plans
+
+    plans.plans.clear()
 
 
 def _is_config(c):
@@ -558,10 +556,7 @@ def test_explicit_config_on_a_call_its_kernel_cannot_serve(config, obstacle, rul
 @gpu
 def test_mxfp4_config_passed_to_quantize_nvfp4(path):
     cp = _cp()
-    try:
-        config = QuantizeConfig(sf_vec_size=32)
-    except ConfigError:
-        pytest.skip("this version has no MXFP4 configs")
+    config = QuantizeConfig(sf_vec_size=32)
     call, watch = _quantize_with_buffers(cp, path, _x(cp, (M, 128)), out=cp.full((M, 64), FILL, dtype=cp.uint8),
                                          sf_out=cp.full(fp4q.swizzled_sf_shape(M, 8), FILL, dtype=cp.uint8), config=config)
     expect_rejected(ValueError, r"\bconfig\b", _words("32"), _words("16"), call, watch)
@@ -584,10 +579,6 @@ def test_dynamic_tensor_sf_with_another_bad_argument(bad):
     raises, and nothing is written to the caller's buffers."""
     cp = _cp()
     x = _x(cp)
-    try:
-        fp4q.quantize_nvfp4(x, "dynamic")
-    except (TypeError, ValueError):
-        pytest.skip("this version has no tensor_sf='dynamic'")
     exc_type, arg, change = DYNAMIC_BAD[bad]
     out, sf_out = _buffers(cp)
     kwargs = dict(sf_layout="swizzled", out=out, sf_out=sf_out)

@@ -1,5 +1,6 @@
-"""scripts/bench.py and scripts/sweep_ops.py without a GPU: the bytes each
-measured operation is charged with, and how the report renders results."""
+"""scripts/bench.py, bench_report.py and sweep_ops.py without a GPU: the
+shapes, the bytes each measured operation is charged with, and how the report
+renders results."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import bench  # noqa: E402
+import bench_measure  # noqa: E402
+import bench_report  # noqa: E402
 import sweep_ops  # noqa: E402
 
 META = dict(command="python3 scripts/bench.py", date="2026-12-03 09:06 UTC", device="NVIDIA H200", arch="sm_90a",
@@ -32,7 +35,7 @@ def test_bytes_each_operation_moves(name, read, written):
 
 
 def test_every_format_row_of_the_benchmark_is_an_operation():
-    for name, _label in bench.FORMAT_OPS:
+    for name, _label in bench_measure.FORMAT_OPS:
         sweep_ops.make(name)
 
 
@@ -41,6 +44,33 @@ def test_formats_table_renders_ratios_and_failures():
                  formats=[dict(kernel="quantize_mxfp4 (rceil)", copy_us=4.0, median_us=5.0, min_us=4.5,
                                moved=2 * 10**5, exact="yes"),
                           dict(kernel="dequantize_nvfp4 -> bf16", status="failed: RuntimeError: boom")])
-    text = bench.markdown(META, [shape], [], [], [], [], [], None)
+    text = bench_report.markdown(META, [shape], [], [], [], [], [], None)
     assert "| 16x4096 | quantize_mxfp4 (rceil) | 4.00 | 5.00 | 4.50 | 1.25 | 80.0 | 40 | yes |" in text
     assert "| 16x4096 | dequantize_nvfp4 -> bf16 | — | — | — | — | — | — | failed: RuntimeError: boom |" in text
+
+
+def test_default_shapes():
+    shapes = bench.parse_shapes(bench.DEFAULT_SHAPES)
+    assert len(shapes) == len(set(shapes)) == 14
+    assert {(m, k) for m in (256, 512) for k in (2048, 5120, 7168, 8192)} <= set(shapes)
+    assert {(4096, 7168), (8192, 8192), (16384, 16384)} <= set(shapes)
+    args = bench.parse_args(["--md", "none", "--out", "none"])
+    assert args.shapes == shapes and args.reps == 50
+
+
+def test_parse_shapes_refuses_bad_k():
+    with pytest.raises(Exception, match="multiple of 16"):
+        bench.parse_shapes("16x100")
+
+
+def test_progress_line_and_summary_cells():
+    row = bench_report.Row("triton (bench_triton, best tile)", 8.0, 7.5, exact="yes")
+    assert bench_report.progress_line(16, 4096, 4.0, row).split() == [
+        "16x4096", "triton", "(bench_triton,", "best", "tile)", "8.00", "us", "2.00x", "copy", "50.0%", "copy",
+        "BW", "bit-exact", "yes"]
+    shape = dict(shape="16x4096", m=16, k=4096, tensor_sf=1.0, moved=10**6, copy_us=4.0,
+                 rows=[dict(row.__dict__), dict(bench_report.Row("torchao NVFP4Tensor.to_nvfp4",
+                                                                 status="not installed").__dict__)])
+    text = bench_report.markdown(META, [shape], [], [], [], [], [], None)
+    assert "| 16x4096 | 4.0 | — | — | 8.0 (2.00x) | not installed | — | — |" in text
+    assert "| triton (bench_triton, best tile) | 8.00 | 7.50 | 2.00 | 50.0 | 125 | yes |  |" in text

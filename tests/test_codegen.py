@@ -7,13 +7,15 @@ import shutil
 import pytest
 
 from fp4q.jit import render as codegen
-from fp4q.jit.render import KernelSource, expand_includes, render, render_numerics_probe, templates_dir
+from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
+from fp4q.kernels.quantize import numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
-TEMPLATES = ("ptx.cuh", "fp4_math.cuh", "quantize_fp4_tma.cu", "quantize_fp4_simt.cu", "numerics_probe.cu")
+TEMPLATES = ("ptx/types.cuh", "numerics/quantize_chunk64.cuh", "kernels/quantize_fp4_tma.cu",
+             "kernels/quantize_fp4_simt.cu", "kernels/numerics_probe.cu")
 
 
 def code_lines(source: str) -> list[str]:
@@ -22,7 +24,12 @@ def code_lines(source: str) -> list[str]:
 
 
 def defines(source: str) -> dict[str, str]:
-    return dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    """The rendered flags as "0"/"1", whether written as #define or as constexpr bool."""
+    flags = dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    for name, value in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M):
+        assert name not in flags, name
+        flags[name] = str(int(value == "true"))
+    return flags
 
 
 def constants(source: str) -> dict[str, int]:
@@ -58,13 +65,13 @@ def test_expand_includes_inlines_everything_once(name):
     text = expand_includes(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
     assert not re.search(r"^\s*#\s*pragma\s+once", text, re.M)
-    # ptx.cuh is reached through fp4_math.cuh and must be inlined exactly once
+    # ptx/types.cuh is reached through many headers and must be inlined exactly once
     assert text.count("typedef unsigned char u8;") == 1
     assert text.endswith("\n")
 
 
 def test_expand_includes_puts_headers_before_their_users():
-    text = expand_includes("quantize_fp4_tma.cu")
+    text = expand_includes("kernels/quantize_fp4_tma.cu")
     ptx = text.index("FP4Q_DEVICE float mul_rn(")
     math = text.index("FP4Q_DEVICE u32 nvfp4_scale_pair(")
     kernel = text.index('extern "C" __global__')
@@ -94,7 +101,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_render_tma_is_self_contained(name):
-    src = render(CONFIGS[name])
+    src = render(CONFIGS[name].spec)
     assert isinstance(src, KernelSource)
     assert src.kernel_name == "fp4q_quantize_fp4_tma"
     assert src.arch == CONFIGS[name].arch
@@ -108,7 +115,7 @@ def test_render_tma_is_self_contained(name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_render_tma_constants(name):
     cfg = CONFIGS[name]
-    src = render(cfg).source
+    src = render(cfg.spec).source
     got = constants(src)
     smem = cfg.smem
     want = {
@@ -128,19 +135,19 @@ def test_render_tma_constants(name):
 
 
 def test_render_tma_literal_constants():
-    src = render(CONFIGS["k256"]).source
+    src = render(CONFIGS["k256"].spec).source
     assert "constexpr int TILE_K = 256;" in src
     assert "constexpr int OUT_BOX_K = 128;" in src
     assert "constexpr int OUT_SWIZZLE = 128;" in src
     assert "constexpr int NUM_STAGES = 2;" in src
-    src = render(CONFIGS["wg3_noswz"]).source
+    src = render(CONFIGS["wg3_noswz"].spec).source
     assert "constexpr int OUT_SWIZZLE = 0;" in src and "constexpr int CONSUMER_THREADS = 384;" in src
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_render_tma_flags(name):
     cfg = CONFIGS[name]
-    d = defines(render(cfg).source)
+    d = defines(render(cfg.spec).source)
     assert d["FP4Q_SF_SWIZZLED"] == ("1" if cfg.sf_layout == "swizzled" else "0")
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if cfg.tensor_sf_mode == "pointer" else "0")
     assert d["FP4Q_INPUT_FP16"] == ("1" if cfg.input_dtype == "float16" else "0")
@@ -151,8 +158,19 @@ def test_render_tma_flags(name):
         assert "FP4Q_HAS_CVT_E2M1" not in d
 
 
+@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(sf_vec_size=32)])
+def test_flags_are_constexpr_except_preprocessor_guards(cfg):
+    # if constexpr type-checks both branches in every compile; only the guards whose
+    # branch cannot compile in some config stay macros
+    src = render(cfg.spec).source
+    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG", "FP4Q_HAS_CVT_E2M1"}
+    assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
+    assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
+    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
+
+
 def test_render_without_setmaxnreg_has_no_register_constants():
-    src = render(QuantizeConfig(setmaxnreg=False)).source
+    src = render(QuantizeConfig(setmaxnreg=False).spec).source
     assert "PRODUCER_REGS =" not in src and "CONSUMER_REGS =" not in src
     assert "#define FP4Q_SETMAXNREG 0" in src
 
@@ -160,15 +178,14 @@ def test_render_without_setmaxnreg_has_no_register_constants():
 @pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100f", True)])
 def test_cvt_e2m1_flag_only_for_sm_100f(arch, has):
     for cfg in (QuantizeConfig(arch=arch), SimtConfig(arch=arch)):
-        src = render(cfg).source
+        src = render(cfg.spec).source
         assert ("#define FP4Q_HAS_CVT_E2M1 1" in src) is has
-        assert render(cfg).arch == arch
+        assert render(cfg.spec).arch == arch
 
 
-def test_render_summarises_the_config_in_the_first_line():
-    first = render(QuantizeConfig(num_stages=3)).source.splitlines()[0]
-    assert first.startswith("// fp4q generated: QuantizeConfig(")
-    assert "num_stages=3" in first and "arch='sm_90a'" in first and "input_swizzle=<Swizzle.B128: 128>" in first
+def test_render_names_the_kernel_and_target_in_the_first_line():
+    first = render(QuantizeConfig(num_stages=3, arch="sm_100f").spec).source.splitlines()[0]
+    assert first == "// fp4q generated: fp4q_quantize_fp4_tma for sm_100f"
 
 
 # --- render: SIMT -----------------------------------------------------------------------------------------------
@@ -179,7 +196,7 @@ def test_render_summarises_the_config_in_the_first_line():
 @pytest.mark.parametrize("mode", ["value", "pointer"])
 def test_render_simt(threads, layout, mode):
     cfg = SimtConfig(threads=threads, sf_layout=layout, tensor_sf_mode=mode, input_dtype="float16")
-    src = render(cfg)
+    src = render(cfg.spec)
     assert src.kernel_name == "fp4q_quantize_fp4_simt" and src.arch == "sm_90a"
     assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16}
     d = defines(src.source)
@@ -194,22 +211,22 @@ def test_render_simt(threads, layout, mode):
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
 @pytest.mark.parametrize("layout", ["swizzled", "linear"])
 def test_render_vector(sf_vec_size, layout):
-    src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True))
+    src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True).spec)
     assert src.kernel_name == "fp4q_quantize_fp4_vector"
     assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size}
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
-    assert render(SimtConfig(vector=True)).source != render(SimtConfig()).source
+    assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
 
 
 # --- determinism and sensitivity --------------------------------------------------------------------------------
 
 
 def test_equal_configs_render_identical_sources():
-    a = render(QuantizeConfig(num_stages=2, input_swizzle=128))
-    b = render(QuantizeConfig(num_stages=2, input_swizzle=S.B128))
+    a = render(QuantizeConfig(num_stages=2, input_swizzle=128).spec)
+    b = render(QuantizeConfig(num_stages=2, input_swizzle=S.B128).spec)
     assert a == b
-    assert render(SimtConfig()) == render(SimtConfig(threads=256))
+    assert render(SimtConfig().spec) == render(SimtConfig(threads=256).spec)
 
 
 @pytest.mark.parametrize(
@@ -231,59 +248,59 @@ def test_equal_configs_render_identical_sources():
     ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
 )
 def test_code_affecting_fields_change_the_code(changes):
-    base = render(QuantizeConfig())
-    other = render(QuantizeConfig(**changes))
+    base = render(QuantizeConfig().spec)
+    other = render(QuantizeConfig(**changes).spec)
     assert other.source != base.source
     # not only in the summary comment: the compiled text differs
     assert code_lines(other.source) != code_lines(base.source)
 
 
-def test_persistent_changes_only_the_summary():
-    # persistent only changes the launch grid, the kernel code is the same
-    a, b = render(QuantizeConfig()), render(QuantizeConfig(persistent=False))
-    assert a.source != b.source
-    assert code_lines(a.source) == code_lines(b.source)
+def test_persistent_changes_only_the_grid():
+    # persistent only changes the launch grid: one source, so one cache entry
+    a, b = QuantizeConfig().spec, QuantizeConfig(persistent=False).spec
+    assert render(a).source == render(b).source
+    assert a.grid != b.grid and a.grid.persistent and not b.grid.persistent
 
 
 def test_all_distinct_configs_render_distinct_sources():
     cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100f")]
-    sources = [render(c) for c in cfgs]
+    sources = [render(c.spec) for c in cfgs]
     assert len(set(sources)) == len(cfgs)
 
 
 def test_header_edit_changes_rendered_text(monkeypatch, tmp_path, fresh_template_cache):
-    before = render(QuantizeConfig())
+    before = render(QuantizeConfig().spec)
     copy = tmp_path / "ptx_templates"
     shutil.copytree(REPO_TEMPLATES, copy)
-    header = copy / "ptx.cuh"
+    header = copy / "ptx" / "types.cuh"
     header.write_text(header.read_text().replace("typedef unsigned char u8;", "typedef unsigned char u8;  // edited"))
     monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
     # the lru cache still holds the old text until cleared
-    assert render(QuantizeConfig()) == before
+    assert render(QuantizeConfig().spec) == before
     codegen._read_template.cache_clear()
-    after = render(QuantizeConfig())
+    after = render(QuantizeConfig().spec)
     assert after.source != before.source
     assert "typedef unsigned char u8;  // edited" in after.source
     assert after.source.replace("  // edited", "") == before.source
-    # every kernel that includes ptx.cuh sees the edit
-    assert "// edited" in render(SimtConfig()).source
-    assert "// edited" in render_numerics_probe("sm_90a").source
+    # every kernel that includes ptx/types.cuh sees the edit
+    assert "// edited" in render(SimtConfig().spec).source
+    assert "// edited" in render(numerics_probe_spec("sm_90a")).source
 
 
 def test_template_edit_of_the_kernel_changes_rendered_text(monkeypatch, tmp_path, fresh_template_cache):
-    before = render(SimtConfig())
+    before = render(SimtConfig().spec)
     copy = tmp_path / "t"
     shutil.copytree(REPO_TEMPLATES, copy)
-    kernel = copy / "quantize_fp4_simt.cu"
+    kernel = copy / "kernels" / "quantize_fp4_simt.cu"
     kernel.write_text(kernel.read_text() + "\n// trailing edit\n")
     monkeypatch.setattr(codegen, "templates_dir", lambda: copy)
     codegen._read_template.cache_clear()
-    assert render(SimtConfig()).source == before.source + "\n// trailing edit\n"
+    assert render(SimtConfig().spec).source == before.source + "\n// trailing edit\n"
 
 
 @pytest.mark.parametrize("bad", [None, "sm_90a", {"tile_k": 128}, 1, object(), QuantizeConfig])
 def test_render_wrong_type_raises_type_error(bad):
-    with pytest.raises(TypeError, match="config must be one of QuantizeConfig, SimtConfig, .*, got"):
+    with pytest.raises(TypeError, match=r"render takes a KernelSpec \(a config's .spec\), got"):
         render(bad)
 
 
@@ -292,7 +309,7 @@ def test_render_wrong_type_raises_type_error(bad):
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100f"])
 def test_render_numerics_probe(arch):
-    src = render_numerics_probe(arch)
+    src = render(numerics_probe_spec(arch))
     assert src.kernel_name == "fp4q_numerics_probe" and src.arch == arch
     assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
     assert 'extern "C" __global__ void fp4q_numerics_probe(' in src.source
@@ -304,4 +321,4 @@ def test_render_numerics_probe(arch):
 
 
 def test_numerics_probe_differs_by_arch():
-    assert render_numerics_probe("sm_90a").source != render_numerics_probe("sm_100f").source
+    assert render(numerics_probe_spec("sm_90a")).source != render(numerics_probe_spec("sm_100f")).source

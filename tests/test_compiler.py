@@ -7,14 +7,14 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 import fp4q._version
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
-from fp4q.jit.render import KernelSource, expand_includes, render, render_numerics_probe
+from fp4q.jit.render import KernelSource, expand_includes, render
+from fp4q.kernels.quantize import numerics_probe_spec
 from fp4q.jit.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
@@ -51,9 +51,9 @@ def assert_is_cubin(cubin: bytes, kernel_name: str) -> None:
 
 @pytest.mark.parametrize("arch, name, cfg", VARIANTS, ids=[f"{a}-{n}" for a, n, _ in VARIANTS])
 def test_variant_compiles_cleanly(arch, name, cfg, variants_cache):
-    kernel = compile_source(render(cfg), cache=variants_cache)
+    kernel = compile_source(render(cfg.spec), cache=variants_cache)
     assert isinstance(kernel, CompiledKernel)
-    assert (kernel.arch, kernel.kernel_name) == (arch, render(cfg).kernel_name)
+    assert (kernel.arch, kernel.kernel_name) == (arch, render(cfg.spec).kernel_name)
     assert_is_cubin(kernel.cubin, kernel.kernel_name)
     log = kernel.log
     assert f"Compiling entry function '{kernel.kernel_name}' for '{ARCHS[arch].gpu_architecture}'" in log
@@ -78,16 +78,14 @@ def test_variant_compiles_cleanly(arch, name, cfg, variants_cache):
 
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_numerics_probe_compiles(arch, session_cache):
-    kernel = compile_source(render_numerics_probe(arch), cache=session_cache)
+    kernel = compile_source(render(numerics_probe_spec(arch)), cache=session_cache)
     assert_is_cubin(kernel.cubin, "fp4q_numerics_probe")
     assert kernel.resources.spill_bytes == 0
 
 
 @pytest.mark.parametrize("arch", TMA_ARCHS)
-@pytest.mark.parametrize("k", [64, 4096])
-def test_default_configs_compile_without_spills(arch, k, session_cache):
-    # default_config(k <= 64) is not among the shipped variants (see test_variants), so compile it here
-    kernel = compile_source(render(default_config(1024, k, arch)), cache=session_cache)
+def test_default_config_compiles_without_spills(arch, session_cache):
+    kernel = compile_source(render(default_config(arch).spec), cache=session_cache)
     assert_is_cubin(kernel.cubin, "fp4q_quantize_fp4_tma")
     assert kernel.resources.spill_bytes == 0
     assert "C7508" not in kernel.log
@@ -168,7 +166,7 @@ def test_syntax_error_log(tmp_path):
 
 def test_ptxas_error_is_a_compile_error(tmp_path):
     # setmaxnreg outside the range 24..256 passes the front end and fails in ptxas
-    source = expand_includes("ptx.cuh") + 'extern "C" __global__ void k() { setmaxnreg_inc<300>(); }\n'
+    source = expand_includes("ptx/setmaxnreg.cuh") + 'extern "C" __global__ void k() { setmaxnreg_inc<300>(); }\n'
     with pytest.raises(CompileError) as info:
         compile_source(KernelSource("k", source, "sm_90a"), cache=BinaryCache(tmp_path))
     assert "ptxas" in info.value.log
@@ -179,7 +177,7 @@ E2M1_KERNEL = 'extern "C" __global__ void e2m1(const float* x, unsigned* y) {\n'
 
 
 def e2m1_source(arch: str) -> KernelSource:
-    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx.cuh") + E2M1_KERNEL, arch)
+    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
 
 
 def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
@@ -196,7 +194,7 @@ def test_hardware_e2m1_cvt_compiles_for_sm_100f(tmp_path):
 
 
 def test_e2m1_wrapper_is_hidden_without_the_flag(tmp_path):
-    source = expand_includes("ptx.cuh") + E2M1_KERNEL
+    source = expand_includes("ptx/convert.cuh") + E2M1_KERNEL
     with pytest.raises(CompileError, match="cvt_rn_satfinite_e2m1x2_f32"):
         compile_source(KernelSource("e2m1", source, "sm_100f"), cache=BinaryCache(tmp_path))
 
@@ -219,7 +217,7 @@ def test_second_compile_is_a_cache_hit(tmp_path):
 
 
 def test_default_variant_hit_in_session_cache(session_cache):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     first = compile_source(src, cache=session_cache)
     again = compile_source(src, cache=session_cache)
     assert again.cache_hit and again.cubin == first.cubin and again.key == first.key
@@ -309,13 +307,13 @@ def key_of(src: KernelSource) -> str:
 
 
 def test_key_is_stable():
-    src = render(QuantizeConfig())
-    assert key_of(src) == key_of(render(QuantizeConfig()))
+    src = render(QuantizeConfig().spec)
+    assert key_of(src) == key_of(render(QuantizeConfig().spec))
     assert len(key_of(src)) == 64
 
 
 def test_key_changes_with_nvrtc_version(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     before = key_of(src)
     monkeypatch.setattr(compiler, "compiler_identity", lambda: ("nvidia-cuda-nvrtc", "13.6.1"))
     newer = key_of(src)
@@ -331,7 +329,7 @@ def test_compiler_identity_names_the_nvrtc_wheel_or_version():
 
 
 def test_key_changes_with_package_version(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     before = key_of(src)
     monkeypatch.setattr(fp4q._version, "__version__", fp4q._version.__version__ + ".post1")
     after = key_of(src)
@@ -341,7 +339,7 @@ def test_key_changes_with_package_version(monkeypatch):
 
 
 def test_key_changes_with_source_arch_name_and_options(monkeypatch):
-    src = render(QuantizeConfig())
+    src = render(QuantizeConfig().spec)
     keys = {
         key_of(src),
         key_of(KernelSource(src.kernel_name, src.source + "\n", src.arch)),
@@ -358,17 +356,13 @@ def test_pack_roundtrip():
     assert compiler._unpack(payload) == (b"\x7fELF\x00\x01", 'log with "quotes" and ünïcode\n')
 
 
-# --- timing -----------------------------------------------------------------------------------------------------
+# --- cold compile and cached lookups (their times: scripts/compile_times.py) -----------------------------------
 
 
-def test_cold_compile_of_default_variant_is_fast(tmp_path):
-    compiler.nvrtc_version()  # load NVRTC first: the budget is for the compile itself
-    src = render(QuantizeConfig())
-    start = time.perf_counter()
-    kernel = compile_source(src, cache=BinaryCache(tmp_path))
-    elapsed = time.perf_counter() - start
+def test_cold_compile_of_default_variant_misses_an_empty_cache(tmp_path):
+    kernel = compile_source(render(QuantizeConfig().spec), cache=BinaryCache(tmp_path))
     assert not kernel.cache_hit
-    assert elapsed < 1.5, f"cold compile took {elapsed:.3f} s"
+    assert_is_cubin(kernel.cubin, kernel.kernel_name)
 
 
 LOOKUP_SCRIPT = textwrap.dedent(
@@ -378,11 +372,9 @@ LOOKUP_SCRIPT = textwrap.dedent(
     from fp4q.jit import compiler
     from fp4q.kernels import quantize as config
     {prepare}
-    src = codegen.render(config.QuantizeConfig())
-    start = time.perf_counter()
+    src = codegen.render(config.QuantizeConfig().spec)
     kernel = compiler.compile_source(src)
-    ms = (time.perf_counter() - start) * 1e3
-    print(json.dumps({{"ms": ms, "hit": kernel.cache_hit, "elf": kernel.cubin[:4] == b"\\x7fELF"}}))
+    print(json.dumps({{"hit": kernel.cache_hit, "elf": kernel.cubin[:4] == b"\\x7fELF"}}))
     """
 )
 
@@ -398,16 +390,13 @@ def run_lookup(cache_dir, prepare: str) -> dict:
     return result
 
 
-def cached_lookup_ms(cache_dir, prepare: str, runs: int = 3) -> float:
-    """Best of ``runs`` new processes, each timing one compile_source that hits the on-disk cache."""
+def assert_cached_lookups(cache_dir, prepare: str, runs: int = 3) -> None:
+    """``runs`` new processes, each looking up a kernel that is in the on-disk cache: every one a hit."""
     # Warm the directory from a subprocess too: it renders the templates as they are on disk now.
     run_lookup(cache_dir, prepare)
-    best = float("inf")
     for _ in range(runs):
         result = run_lookup(cache_dir, prepare)
         assert result["hit"], result
-        best = min(best, result["ms"])
-    return best
 
 
 @pytest.fixture(scope="session")
@@ -415,15 +404,12 @@ def warm_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fp4q-warm-cache")
 
 
-def test_cached_lookup_in_new_process_is_fast(warm_cache_dir):
-    # NVRTC loaded before timing: the cache lookup (key hash, disk read, checksum, unpack) alone
-    ms = cached_lookup_ms(warm_cache_dir, prepare="compiler.nvrtc_version()")
-    assert ms < 5.0, f"cached compile_source took {ms:.2f} ms"
+def test_cached_lookup_in_new_process_hits(warm_cache_dir):
+    assert_cached_lookups(warm_cache_dir, prepare="compiler.nvrtc_version()")
 
 
-def test_first_cached_lookup_in_new_process_is_under_5ms(warm_cache_dir):
-    ms = cached_lookup_ms(warm_cache_dir, prepare="")
-    assert ms < 5.0, f"first cached compile_source in a new process took {ms:.2f} ms"
+def test_first_cached_lookup_in_new_process_hits(warm_cache_dir):
+    assert_cached_lookups(warm_cache_dir, prepare="")
 
 
 # --- parse_resources --------------------------------------------------------------------------------------------
@@ -456,7 +442,7 @@ def test_parse_resources_empty_log():
 
 
 def test_resources_of_a_real_compile(session_cache):
-    kernel = compile_source(render(SimtConfig()), cache=session_cache)
+    kernel = compile_source(render(SimtConfig().spec), cache=session_cache)
     res = kernel.resources
     assert res == parse_resources(kernel.log)
     assert res.registers is not None and res.registers > 0

@@ -121,7 +121,8 @@ def test_simt_threads_rule():
 
 
 def defines(source: str) -> dict[str, str]:
-    return dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
+    """The rendered flags as "0"/"1"."""
+    return {k: str(int(v == "true")) for k, v in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M)}
 
 
 def prelude_constants(source: str) -> dict[str, int]:
@@ -138,7 +139,7 @@ def test_render_flags_and_constants(fmt, mode, dtype, layout):
                            sf_layout=layout)
     simt = DequantizeSimtConfig(threads=128, fmt=fmt, tensor_sf_mode=mode, out_dtype=dtype, sf_layout=layout)
     for cfg, name in ((tma, "fp4q_dequantize_tma"), (simt, "fp4q_dequantize_simt")):
-        src = codegen.render(cfg)
+        src = codegen.render(cfg.spec)
         assert src.kernel_name == name and src.arch == cfg.arch
         assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
         assert f"{name}(" in src.source
@@ -147,18 +148,18 @@ def test_render_flags_and_constants(fmt, mode, dtype, layout):
         assert d["FP4Q_OUT_F32"] == str(int(dtype == "float32"))
         assert d["FP4Q_SF_SWIZZLED"] == str(int(layout == "swizzled"))
         assert d["FP4Q_TENSOR_SF_BY_POINTER"] == str(int(mode == "pointer"))
-    assert prelude_constants(codegen.render(tma).source) == {
+    assert prelude_constants(codegen.render(tma.spec).source) == {
         "TILE_M": 64, "TILE_K": 256, "NUM_STAGES": 3, "CONSUMER_THREADS": 256, "MIN_CTAS_PER_SM": 2,
         "OFF_BARRIERS": 3 * 64 * 128, "OFF_TILES": 3 * 64 * 128 + 2 * 3 * 8}
-    assert prelude_constants(codegen.render(simt).source) == {"SIMT_THREADS": 128}
+    assert prelude_constants(codegen.render(simt.spec).source) == {"SIMT_THREADS": 128}
 
 
 def test_every_code_affecting_field_changes_the_source():
-    base = codegen.render(DequantizeConfig()).source
+    base = codegen.render(DequantizeConfig().spec).source
     for changes in [dict(tile_m=64), dict(tile_k=256), dict(num_stages=2), dict(consumer_warps=4),
                     dict(min_ctas_per_sm=1), dict(out_dtype="float32"), dict(sf_layout="linear"),
                     dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100f")]:
-        assert codegen.render(DequantizeConfig(**changes)).source != base, changes
+        assert codegen.render(DequantizeConfig(**changes).spec).source != base, changes
 
 
 # --- the shipped variants ----------------------------------------------------------------------------------------
@@ -193,7 +194,7 @@ VARIANTS = [(arch, name, cfg) for arch in ARCH_LIST for name, cfg in dequantize_
 
 @pytest.mark.parametrize("arch, name, cfg", VARIANTS, ids=[f"{a}-{n}" for a, n, _ in VARIANTS])
 def test_variant_compiles_without_spills(arch, name, cfg, variants_cache):
-    kernel = compile_source(codegen.render(cfg), cache=variants_cache)
+    kernel = compile_source(codegen.render(cfg.spec), cache=variants_cache)
     assert kernel.cubin[:4] == b"\x7fELF"
     assert f"Compiling entry function '{kernel.kernel_name}' for '{arch}'" in kernel.log
     res = kernel.resources

@@ -6,8 +6,6 @@ for sm_90a)."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
@@ -21,27 +19,24 @@ BUILDS = ["device", EMULATED_SM_80]
 def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "device"):
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
-    from fp4q.jit.render import render_numerics_probe
-    from fp4q.jit.compiler import compile_source
-    from fp4q.cuda.launch import launch
+    from fp4q.cuda.launch import Launcher
+    from fp4q.jit.loader import get_kernel
+    from fp4q.kernels.quantize import numerics_probe_spec
 
     dev = driver.device(cp.cuda.Device().id)
     if build != "device" and dev.arch != "sm_90a":
         pytest.skip(f"the {build} build is compiled for sm_90a; this device's target is {dev.arch}")
-    kernel = compile_source(render_numerics_probe(dev.arch if build == "device" else build))
-    cu = driver._cu()
-    with driver.in_context(dev):
-        module = driver.check(cu.cuModuleLoadData(kernel.cubin), "cuModuleLoadData")
-        fn = driver.check(cu.cuModuleGetFunction(module, kernel.kernel_name.encode()), "cuModuleGetFunction")
+    spec = numerics_probe_spec(dev.arch if build == "device" else build)
+    kernel = get_kernel(spec, dev.ordinal)
     pairs = len(v) // 2
     vd, ad = cp.asarray(v), cp.asarray(amax)
     codes = cp.zeros(pairs // 4, cp.uint32)
     sf = cp.zeros(pairs, cp.uint16)
     inv = cp.zeros(2 * pairs, cp.float32)
-    args = [ctypes.c_void_p(a.data.ptr) for a in (vd, codes, ad, sf, inv)]
-    args += [ctypes.c_float(tensor_sf), ctypes.c_int32(pairs)]
-    with driver.in_context(dev):
-        launch(fn, 1024, 256, 0, cp.cuda.get_current_stream().ptr, args, pdl=False)
+    launch = Launcher(dev, kernel.function, spec.params, 1024, spec.threads, spec.smem_bytes)
+    launch(cp.cuda.get_current_stream().ptr, False,
+           dict(v=vd.data.ptr, codes=codes.data.ptr, amax=ad.data.ptr, sf=sf.data.ptr, inv=inv.data.ptr,
+                tensor_sf=tensor_sf, pairs=pairs))
     cp.cuda.get_current_stream().synchronize()
     return cp.asnumpy(codes), cp.asnumpy(sf), cp.asnumpy(inv)
 

@@ -4,7 +4,6 @@ tensor_sf="dynamic", and CUDA-graph capture (GPU)."""
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import numpy as np
@@ -61,17 +60,17 @@ def prelude(source: str) -> str:
 @pytest.mark.parametrize("vector", [True, False])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_render_amax(vector, dtype):
-    src = codegen.render(AmaxConfig(threads=256, vector_loads=vector, input_dtype=dtype))
+    src = codegen.render(AmaxConfig(threads=256, vector_loads=vector, input_dtype=dtype).spec)
     assert src.kernel_name == "fp4q_amax"
     head = prelude(src.source)
-    assert f"#define FP4Q_VECTOR_LOADS {int(vector)}" in head
-    assert f"#define FP4Q_INPUT_FP16 {int(dtype == 'float16')}" in head
+    assert f"constexpr bool FP4Q_VECTOR_LOADS = {str(vector).lower()};" in head
+    assert f"constexpr bool FP4Q_INPUT_FP16 = {str(dtype == 'float16').lower()};" in head
     assert "constexpr int AMAX_THREADS = 256;" in head
     assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
 
 
 def test_render_global_scale():
-    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100f"))
+    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100f").spec)
     assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100f")
     assert "constexpr int SCALE_THREADS = 128;" in prelude(src.source)
     assert "div_rn(2688.0f, amax)" in src.source  # the spec's correctly rounded division
@@ -89,7 +88,7 @@ def test_global_scale_kernels_are_in_all_variants(arch):
 @pytest.mark.parametrize("arch", ARCH_LIST)
 @pytest.mark.parametrize("name", sorted(GLOBAL_SCALE))
 def test_compiles_without_spills(arch, name, variants_cache):
-    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch)), cache=variants_cache)
+    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch).spec), cache=variants_cache)
     assert kernel.cubin[:4] == b"\x7fELF"
     assert kernel.resources.spill_bytes == 0 and kernel.resources.stack_bytes == 0, kernel.log
     assert "warning" not in kernel.log.lower(), kernel.log
@@ -205,7 +204,7 @@ def test_deterministic_and_stream_ordered():
 @gpu
 def test_repeated_calls_reuse_their_plan_with_new_pointers():
     import fp4q
-    gs = importlib.import_module("fp4q.ops.global_scale")
+    from fp4q.ops import plans
 
     cp = _cp()
     rng = np.random.default_rng(9)
@@ -216,8 +215,8 @@ def test_repeated_calls_reuse_their_plan_with_new_pointers():
             x = cp.asarray(host)[:, start:start + 512]
             want = reference.global_scale(np.ascontiguousarray(host[:, start:start + 512]))
             assert_scale(_scale_of(x), want, f"start {start} trial {trial}")
-            key = gs._plan_key(x, x.data.device_id, not x.data.ptr & 15)
-            assert key in gs._plans
+            plan = plans.plans.get(("global_scale", x.shape, x.strides, x.dtype.name, x.data.device_id))
+            assert plan is not None and (not x.data.ptr % 16) in plan.launches
     stream = cp.cuda.Stream(non_blocking=True)
     x = cp.asarray(wide)
     want = reference.global_scale(wide)

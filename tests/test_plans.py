@@ -1,14 +1,15 @@
-"""Stored launch plans (fp4q/plans.py) without a GPU.
+"""Launch plans and the call path of quantize (fp4q/ops) without a GPU.
 
 CuPy arrays, the device, kernel loading, tensor-map encoding and the
 driver's launch are faked; everything else (validation, plans, argument
 packing, CUlaunchConfig objects) is the real code. Each launch is decoded
-from the void*[] the driver would read and compared with the arguments the
-pre-plan implementation built (``legacy_args``, kept verbatim from it), on
-the first call of a kind (checked path) and on the calls after it (planned
-path). Plan keys must differ where a reused plan would be wrong: pointer
-alignment, scale layout, tensor_sf mode, config object; pdl, the stream,
-the pointers and the tensor_sf value are per call.
+from the void*[] the driver would read, by the kernel spec's parameter list,
+into arguments by name, and compared with what the call means (the grid,
+the tensor maps, the scalars), on the first call of a kind and on the calls
+after it. Plan keys must differ where a reused plan would be wrong: scale
+layout, config object, format; the kernel choice within a plan follows the
+pointer alignment and the tensor_sf mode; pdl, the stream, the pointers and
+the tensor_sf value are per call.
 """
 
 from __future__ import annotations
@@ -21,18 +22,15 @@ import types
 import numpy as np
 import pytest
 
-from fp4q.ops import quantize as api
-from fp4q.ops import arrays
-from fp4q.cuda import driver
-from fp4q.jit import loader as kernels
-from fp4q.ops import plans
-from fp4q.cuda import tma
-from fp4q.kernels import tuning
-from fp4q.kernels.rules import ConfigError
-from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.cuda import driver, tma
 from fp4q.cuda.launch import LaunchTemplate
-from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.cuda.tma import TensorMapCache, TensorMapSpec
+from fp4q.jit import loader
+from fp4q.kernels import tuning
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.numerics.layouts import swizzled_sf_shape
+from fp4q.ops import arrays, plans
+from fp4q.ops import quantize as api
 
 cu = pytest.importorskip("cuda.bindings.driver")
 
@@ -40,6 +38,7 @@ SUCCESS = cu.CUresult.CUDA_SUCCESS
 PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 SM_COUNT = 132
 CTAS_PER_SM = 2
+C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
 
 
 # --------------------------------------------------------------------------------------------------- fake CuPy
@@ -54,7 +53,7 @@ class FakeMemory:
 class FakeArray:
     """What fp4q reads of a cupy.ndarray."""
 
-    def __init__(self, shape, dtype, ptr, strides=None, device=0, c_contiguous=True):
+    def __init__(self, shape, dtype, ptr, strides=None, device=0):
         self.dtype = np.dtype(dtype)
         self.shape = tuple(shape)
         self.ndim = len(self.shape)
@@ -67,11 +66,15 @@ class FakeArray:
                 step *= d
         self.strides = tuple(strides)
         self.data = FakeMemory(ptr, device)
-        self.flags = types.SimpleNamespace(c_contiguous=c_contiguous)
 
     @property
     def device(self):
         return types.SimpleNamespace(id=self.data.device_id)
+
+    def __getitem__(self, index):
+        """The first element, as a 0-d array (what global_scale returns)."""
+        assert index == 0 and self.size
+        return FakeArray((), self.dtype, self.data.ptr, (), self.data.device_id)
 
 
 class FakeStream:
@@ -135,18 +138,18 @@ class FakeDriver:
         self.current = self.context
         self.launches = []
         self.pushes = []
-        self.functions = {}  # int(CUfunction) -> config
+        self.functions = {}  # int(CUfunction) -> spec
+        self.config_of = {}  # spec -> the config the call resolved to it
         self.encodes = []  # (spec, what)
         self.maps = {}  # address of a map's storage -> its spec
 
     def device(self, ordinal):
         return driver.Device(ordinal, "Fake H200", (9, 0), SM_COUNT, 232448, self.context, int(self.context))
 
-    def load(self, config, dev):
-        threads, smem = kernels._launch_shape(config)
+    def load(self, spec, dev):
         function = cu.CUfunction(0x1000 + len(self.functions))
-        self.functions[int(function)] = config
-        return kernels.LoadedKernel(config, None, dev, function, threads, smem, CTAS_PER_SM, None)
+        self.functions[int(function)] = spec
+        return loader.LoadedKernel(spec, None, dev, function, CTAS_PER_SM, None)
 
     def counter_for(self, dev, stream):
         """tile_tickets.counter_for: one made-up counter address per stream."""
@@ -175,26 +178,20 @@ class FakeDriver:
     def cuLaunchKernelEx(self, config, function, params, extra):
         assert extra == 0 and isinstance(params, int)
         assert int(self.current) == int(self.context), "launched outside the device's context"
-        kernel_config = self.functions[int(function)]
-        ptrs = (ctypes.c_void_p * 9).from_address(params)
-        if isinstance(kernel_config, QuantizeConfig):
-            kinds = ("map", "map", "map", ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_int32,
-                     ctypes.c_int32, ctypes.c_void_p)
-        else:
-            kinds = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                     ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
-        args = []
-        for kind, ptr in zip(kinds, ptrs):
-            if kind == "map":
-                args.append(("map", self.maps[ptr]))
+        spec = self.functions[int(function)]
+        slots = (ctypes.c_void_p * len(spec.params)).from_address(params)
+        args = {}
+        for param, slot in zip(spec.params, slots):
+            if param.kind == "map":
+                args[param.name] = self.maps[slot]
             else:
-                args.append((kind.__name__, bytes(kind.from_address(ptr))))
+                args[param.name] = C_TYPES[param.kind].from_address(slot).value or 0
         pdl = config.numAttrs == 1
         if pdl:
             attr = config.attrs[0]
             assert attr.id == PDL_ATTR and attr.value.programmaticStreamSerializationAllowed == 1
         self.launches.append(dict(
-            config=kernel_config, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
+            config=self.config_of.get(spec), spec=spec, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
             block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
             stream=int(config.hStream), pdl=pdl, args=args, thread=threading.get_ident(),
             launch_config=config,  # kept alive, so ids are not reused during a test
@@ -205,31 +202,40 @@ class FakeDriver:
 @pytest.fixture
 def gpu(monkeypatch):
     fake_cupy, fake = FakeCupy(), FakeDriver()
-    monkeypatch.setattr(arrays, "_cupy", lambda: fake_cupy)
+    monkeypatch.setattr(arrays, "_cupy_module", fake_cupy)
     monkeypatch.setattr(driver, "_device", fake.device)
-    monkeypatch.setattr(kernels, "_load", fake.load)
-    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setattr(loader, "_load", fake.load)
+    monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.setattr(tma, "encode", fake.encode)
     monkeypatch.setattr(plans, "counter_for", fake.counter_for)
-    monkeypatch.setattr(plans, "_plans", {})
     monkeypatch.setattr(plans, "tensor_maps", TensorMapCache())
     for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuLaunchKernelEx"):
         monkeypatch.setattr(cu, name, getattr(fake, name))
+    plans.plans.clear()
     fake.cupy = fake_cupy
-    fake.checked = 0  # calls that took the checked path
-    checked_call = api._checked_call
+    fake.views = 0  # calls that ran the rules on x (the first of a kind)
+    fake.checked = 0  # kernel choices (the first call of a kind, alignment and tensor_sf mode)
+    input_view, resolve_config = api.input_view, api.resolve_config
 
-    def counting(*args):
+    def counting_view(*args):
+        fake.views += 1
+        return input_view(*args)
+
+    def counting_resolve(*args):
         fake.checked += 1
-        return checked_call(*args)
+        cfg = resolve_config(*args)
+        fake.config_of[cfg.spec] = cfg
+        return cfg
 
-    monkeypatch.setattr(api, "_checked_call", counting)
+    monkeypatch.setattr(api, "input_view", counting_view)
+    monkeypatch.setattr(api, "resolve_config", counting_resolve)
     # These small fake shapes would pick the vector kernel; the tests below are about
     # the TMA kernel unless they say otherwise (vector_kernel_for_small_inputs).
     monkeypatch.setattr(tuning, "vector_max_elements", lambda arch: 0)
     tuning.choose_config.cache_clear()
     yield fake
     tuning.choose_config.cache_clear()
+    plans.plans.clear()
 
 
 @pytest.fixture
@@ -239,21 +245,20 @@ def vector_kernel_for_small_inputs(gpu, monkeypatch):
     return gpu
 
 
-# ------------------------------------------------------------------------------------ the pre-plan argument lists
-def legacy_args(cfg, view, q, sf, scale, stream=0):
-    """The grid and arguments the implementation before plans built (api._tma_launch / _simt_launch),
-    as (kind, bytes) pairs and ("map", TensorMapSpec); since then the TMA kernel also takes its
-    stream's tile counter when its CTAs run more than one tile."""
+# ------------------------------------------------------------------------------------ what a call must launch
+def expected_launch(cfg, view, q, sf, scale, stream=0):
+    """The grid and the arguments (by name) that ``cfg``'s kernel must get for this call:
+    tensor maps as TensorMapSpec, pointers and integers as ints, the scale as a float32."""
     rows, cols = view["rows"], view["cols"]
     x_ptr, row_stride = view["ptr"], view["row_stride"]
-    scale_args = [ctypes.c_float(scale[0]), ctypes.c_void_p(scale[1])]
+    args = dict(tensor_sf_value=float(np.float32(scale[0])), tensor_sf_ptr=scale[1], rows=rows, cols=cols)
     if isinstance(cfg, QuantizeConfig):
         in_spec = TensorMapSpec(x_ptr, 2, (cols, rows), (row_stride * 2,), (cfg.input_box_k, cfg.tile_m),
                                 cfg.input_swizzle, l2_promotion=256)
         q_spec = TensorMapSpec(q.data.ptr, 1, (cols // 2, rows), (cols // 2,), (cfg.output_box_k, cfg.tile_m),
                                cfg.output_swizzle)
         if cfg.sf_layout == "swizzled":
-            k_blocks, m_blocks = math.ceil(cols / 64), math.ceil(rows / 128)
+            k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
             sf_spec = TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
                                     tuple(reversed(cfg.scales_box)))
             sf_linear = 0
@@ -262,26 +267,22 @@ def legacy_args(cfg, view, q, sf, scale, stream=0):
         tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
         grid = min(tiles, SM_COUNT * CTAS_PER_SM) if cfg.persistent else tiles
         tickets = FakeDriver.counter_for(None, None, stream) if grid < tiles else 0
-        scalars = [ctypes.c_void_p(sf_linear), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols),
-                   ctypes.c_void_p(tickets)]
-        maps = [("map", in_spec), ("map", q_spec), ("map", sf_spec)]
+        args.update(in_map=in_spec, q_map=q_spec, sf_map=sf_spec, sf_linear=sf_linear, tickets=tickets)
     else:
-        groups = cols // 16
+        groups = cols // cfg.sf_vec_size
         padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
         padded_groups = math.ceil(groups / 4) * 4 if cfg.sf_layout == "swizzled" else groups
-        if cfg.vector:  # two threads per group of 16; padding rows' scales one word (4 groups) per thread
-            total = max(rows * padded_groups * 2, (padded_rows - rows) * padded_groups // 4)
+        if cfg.vector:  # a thread per 8 elements; padding rows' scales one word (4 groups) per thread
+            total = max(rows * padded_groups * cfg.sf_vec_size // 8, (padded_rows - rows) * padded_groups // 4)
         else:
             total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
-        scalars = [ctypes.c_void_p(x_ptr), ctypes.c_int64(row_stride), ctypes.c_void_p(q.data.ptr),
-                   ctypes.c_void_p(sf.data.ptr), *scale_args, ctypes.c_int32(rows), ctypes.c_int32(cols)]
-        maps = []
-    return grid, maps + [(type(s).__name__, bytes(s)) for s in scalars]
+        args.update(x=x_ptr, x_row_stride=row_stride, q=q.data.ptr, sf=sf.data.ptr)
+    return grid, args
 
 
 def check_launch(launch, cfg_type, x, q, sf, tensor_sf, stream, pdl, row_stride=None):
-    """``launch`` is what the pre-plan code would have launched for this call."""
+    """``launch`` is what this call must launch."""
     cfg = launch["config"]
     assert type(cfg) is cfg_type
     rows, cols = math.prod(x.shape[:-1]), x.shape[-1]
@@ -290,7 +291,7 @@ def check_launch(launch, cfg_type, x, q, sf, tensor_sf, stream, pdl, row_stride=
         scale = (0.0, tensor_sf.data.ptr)
     else:
         scale = (float(np.float32(tensor_sf)), 0)
-    grid, args = legacy_args(cfg, view, q, sf, scale, stream)
+    grid, args = expected_launch(cfg, view, q, sf, scale, stream)
     assert launch["grid"] == (grid, 1, 1)
     assert launch["block"] == (cfg.threads, 1, 1)
     assert launch["smem"] == (cfg.smem.total if isinstance(cfg, QuantizeConfig) else 0)
@@ -304,6 +305,12 @@ def call(gpu, x, tensor_sf=1.0, **kwargs):
     new = gpu.launches[before:]
     assert len(new) <= 1
     return q, sf, (new[0] if new else None)
+
+
+def plan_of(x, *rest):
+    """The stored plan of quantize_nvfp4(x) with the default layout and config."""
+    key = ("quantize", api.NVFP4, x.shape, x.strides, x.dtype.name, x.data.device_id, "swizzled", id(None))
+    return plans.plans.get(key)
 
 
 def swizzled(cupy, m, k, offset=0):
@@ -321,7 +328,7 @@ def test_planned_calls_launch_what_the_checked_call_launched(gpu, sf_layout, m, 
     for i in range(3):  # the first call stores the plan, the others use it
         _, _, launch = call(gpu, x, 0.75, sf_layout=sf_layout, out=q, sf_out=sf)
         check_launch(launch, QuantizeConfig, x, q, sf, 0.75, 0, True)
-    assert plans.plan_count() == 1 and gpu.checked == 1
+    assert len(plans.plans) == 1 and gpu.checked == 1
     assert len(gpu.launches) == 3
 
 
@@ -333,7 +340,7 @@ def test_allocated_outputs_take_the_planned_path(gpu):
         assert q.shape == (129, 1088) and sf.shape == swizzled_sf_shape(129, 136)
         assert q.dtype == np.uint8 and sf.dtype == np.uint8
         check_launch(launch, QuantizeConfig, x, q, sf, 2.0, 0, True)
-    assert len(cp.allocations) == 6 and plans.plan_count() == 1 and gpu.checked == 1
+    assert len(cp.allocations) == 6 and len(plans.plans) == 1 and gpu.checked == 1
 
 
 def test_simt_planned_calls(gpu):
@@ -399,9 +406,10 @@ def test_alignment_is_part_of_the_kind(gpu):
     for _ in range(2):
         _, _, launch = call(gpu, x_odd, 1.0, out=q_aligned, sf_out=sf)
         check_launch(launch, SimtConfig, x_odd, q_aligned, sf, 1.0, 0, True)
-    plan = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4))
-    assert type(plan.launchers[True]) is plans.TmaLauncher and type(plan.launchers[False]) is plans.SimtLauncher
-    # Checked: the first aligned call, the first misaligned one (its SIMT launcher then serves every
+    launches = plan_of(x).launches
+    assert type(launches[("value", True)].config) is QuantizeConfig
+    assert type(launches[("value", False)].config) is SimtConfig
+    # Kernel choices: the first aligned call, the first misaligned one (its SIMT launch then serves every
     # misaligned call of the kind: odd out, odd sf_out, odd x), the first linear one.
     assert gpu.checked == 3
 
@@ -431,7 +439,8 @@ def test_layout_and_mode_are_part_of_the_kind(gpu):
                 check_launch(launch, QuantizeConfig, x, q, sf, tensor_sf, 0, True)
                 assert launch["config"].sf_layout == sf_layout
                 assert launch["config"].tensor_sf_mode == ("pointer" if tensor_sf is tsf else "value")
-    assert plans.plan_count() == 4 and gpu.checked == 4
+    # One plan per layout; within it, one kernel choice per tensor_sf mode.
+    assert len(plans.plans) == 2 and gpu.checked == 4 and gpu.views == 2
 
 
 def test_tensor_sf_value_is_per_call_and_rounded_like_numpy(gpu):
@@ -447,10 +456,9 @@ def test_tensor_sf_value_is_per_call_and_rounded_like_numpy(gpu):
     # A value just outside the range that rounds into it is accepted, as np.float32 rounds it.
     below = float(np.nextafter(2.0**-126, 0))
     assert float(np.float32(below)) == 2.0**-126
-    assert gpu.checked == 1
     _, _, launch = call(gpu, x, below, out=q, sf_out=sf)
     check_launch(launch, QuantizeConfig, x, q, sf, below, 0, True)
-    assert gpu.checked == 2  # checked, as np.float32 would round it
+    assert gpu.checked == 1 and gpu.views == 1
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # np.float32(2**200)
@@ -490,22 +498,22 @@ def test_output_checks_after_a_plan_exists(gpu):
     call(gpu, x, 1.0, out=q, sf_out=sf)
     cases = [
         (dict(out=cp.array((m, k // 2 + 1), np.uint8)), ValueError, r"out must have shape \(16, 128\)"),
-        (dict(out=cp.array((m, k // 2), np.int8)), TypeError, "out must have dtype uint8, got int8"),
-        (dict(out=cp.array((m, k // 2), np.uint8, device=1)), ValueError, "out is on device 1 but x is on device 0"),
-        (dict(out=cp.array((m, k // 2), np.uint8, c_contiguous=False)), ValueError, "out must be C-contiguous"),
-        (dict(out=FakeArray((m, k // 2), np.uint8, x.data.ptr + 64)), ValueError, "out overlaps the input x"),
+        (dict(out=cp.array((m, k // 2), np.int8)), TypeError, "out must have dtype uint8 or float4_e2m1fn_x2, got int8"),
+        (dict(out=cp.array((m, k // 2), np.uint8, device=1)), ValueError, "out is on device 1 but the input is on device 0"),
+        (dict(out=cp.array((m, k // 2), np.uint8, strides=(k, 1))), ValueError, "out must be C-contiguous"),
+        (dict(out=FakeArray((m, k // 2), np.uint8, x.data.ptr + 64)), ValueError, "out overlaps x"),
         (dict(sf_out=FakeArray(sf.shape, np.uint8, x.data.ptr + x.nbytes - 1)), ValueError,
-         "sf_out overlaps the input x"),
+         "sf_out overlaps x"),
         (dict(sf_out=FakeArray(sf.shape, np.uint8, q.data.ptr + 16)), ValueError, "sf_out overlaps out"),
         (dict(sf_out=cp.array((m, k // 16), np.uint8)), ValueError, r"sf_out must have shape \(1, 4, 32, 4, 4\)"),
-        (dict(out=np.zeros((m, k // 2), np.uint8)), TypeError, "out must be a CuPy uint8 array, got ndarray"),
+        (dict(out=np.zeros((m, k // 2), np.uint8)), TypeError, "out must be a CUDA array .*, got a host ndarray"),
         (dict(pdl=1), TypeError, "pdl must be a bool, got 1"),
         (dict(pdl=np.bool_(True)), TypeError, "pdl must be a bool"),
         (dict(stream="default"), TypeError, "stream must be a cupy.cuda.Stream"),
-        (dict(stream=FakeStream(5, device_id=1)), ValueError, "stream belongs to device 1 but x is on device 0"),
+        (dict(stream=FakeStream(5, device_id=1)), ValueError, "stream belongs to device 1 but the input is on device 0"),
         (dict(config="fast"), TypeError, "config must be None, a QuantizeConfig or a SimtConfig, got str"),
         (dict(sf_layout="bogus"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'bogus'"),
-        (dict(sf_layout=np.str_("swizzled")), ConfigError, "sf_layout must be one of"),
+        (dict(sf_layout=np.str_("swizzled")), ValueError, "sf_layout must be 'swizzled' or 'linear', got np.str_"),
     ]
     for extra, exc_type, message in cases:
         kwargs = dict(out=q, sf_out=sf, **extra) if "out" not in extra and "sf_out" not in extra else extra
@@ -527,8 +535,8 @@ def test_input_checks_after_a_plan_exists(gpu):
     call(gpu, x, 1.0)
     cases = [
         (cp.array((16, 256), np.float32), TypeError, "x must hold bfloat16 or float16 values"),
-        (cp.array((16, 250)), ValueError, "K \\(the last dimension of x\\) must be a multiple of 16, got 250"),
-        (cp.array((256,)), ValueError, "x must have at least 2 dimensions"),
+        (cp.array((16, 250)), ValueError, "K \\(the last dimension of x\\) must be a multiple of 16 for quantize_nvfp4, got 250"),
+        (cp.array(()), ValueError, r"x must have at least 1 dimension \(..., K\), got shape \(\)"),
         (cp.array((16, 256), strides=(512, 4)), ValueError, "the last dimension of x must be contiguous"),
         (cp.array((16, 256), strides=(256, 2)), ValueError, "the rows of x must not overlap"),
         (np.zeros((16, 256), np.uint16), TypeError, "x must be a CUDA array"),
@@ -568,7 +576,7 @@ def test_pdl_and_stream_are_per_call(gpu):
     gpu.cupy.current_stream[0] = FakeStream(0x4242, 0)
     _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
     assert launch["stream"] == 0x4242
-    assert plans.plan_count() == 1 and gpu.checked == 1
+    assert len(plans.plans) == 1 and gpu.checked == 1
 
 
 def test_tile_counter_is_the_launch_streams_when_ctas_run_several_tiles(gpu):
@@ -579,11 +587,11 @@ def test_tile_counter_is_the_launch_streams_when_ctas_run_several_tiles(gpu):
         _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf, stream=stream)
         handle = stream.ptr if isinstance(stream, FakeStream) else stream or 0
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, handle, True)
-        assert launch["args"][-1] == ("c_void_p", bytes(ctypes.c_void_p(0xC0DE0000 + 8 * handle)))
+        assert launch["args"]["tickets"] == 0xC0DE0000 + 8 * handle
     one_tile_each = QuantizeConfig(persistent=False)
     _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf, stream=0x5678, config=one_tile_each)
     check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0x5678, True)
-    assert launch["args"][-1] == ("c_void_p", bytes(ctypes.c_void_p(0)))
+    assert launch["args"]["tickets"] == 0
 
 
 def test_default_stream_is_the_inputs_device(gpu):
@@ -609,7 +617,7 @@ def test_config_object_is_part_of_the_kind(gpu):
         else:
             assert launch["config"] == cfg.replace(arch="sm_90a")
         check_launch(launch, type(cfg or launch["config"]), x, q, sf, 1.0, 0, True)
-    assert plans.plan_count() == 4  # a, b, SimtConfig(), None
+    assert len(plans.plans) == 4  # a, b, SimtConfig(), None
     assert len(gpu.functions) == 3  # a and b are equal: one kernel
 
 
@@ -631,7 +639,7 @@ def test_tensor_maps_follow_the_pointers(gpu):
 
 
 def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
-    monkeypatch.setattr(plans, "MAPS_PER_LAUNCHER", 2)
+    monkeypatch.setattr(plans, "MAPS_PER_LAUNCH", 2)
     cp = gpu.cupy
     x = cp.array((128, 256))
     outs = [(cp.array((128, 128), np.uint8), swizzled(cp, 128, 256)) for _ in range(4)]
@@ -639,18 +647,17 @@ def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
         q, sf = outs[i]
         _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
-    launcher = plans.lookup(plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4)).launchers[True]
-    assert len(launcher._maps) == 2
+    assert len(plan_of(x).launches[("value", True)]._maps) == 2
 
 
 def test_plans_are_bounded(gpu, monkeypatch):
-    monkeypatch.setattr(plans, "PLAN_CAPACITY", 3)
+    monkeypatch.setattr(plans.plans, "capacity", 3)
     cp = gpu.cupy
     xs = [cp.array((16, 64 * (i + 1))) for i in range(5)]
     for x in xs + xs:
         q, sf, launch = call(gpu, x, 1.0)
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
-    assert plans.plan_count() == 3
+    assert len(plans.plans) == 3
 
 
 def test_context_is_pushed_only_when_another_is_current(gpu):
@@ -744,25 +751,28 @@ def test_launch_errors_name_the_call(monkeypatch):
         LaunchTemplate(cu.CUfunction(1), 1, 128, 0).launch(0, 0x100, False)
 
 
-def test_plan_key_fields():
-    x = FakeArray((4, 64), np.uint16, 0x1000)
-    cfg = QuantizeConfig()
-    base = plans.plan_key(x, 0, "swizzled", "value", None, api.NVFP4)
+def test_kind_of_call_fields(gpu):
+    cp = gpu.cupy
+    x = cp.array((4, 64))
+    call(gpu, x)
     others = [
-        plans.plan_key(FakeArray((4, 64), np.float16, 0x1000), 0, "swizzled", "value", None, api.NVFP4),
-        plans.plan_key(FakeArray((4, 64), np.uint16, 0x1000, strides=(256, 2)), 0, "swizzled", "value", None, api.NVFP4),
-        plans.plan_key(FakeArray((2, 2, 64), np.uint16, 0x1000), 0, "swizzled", "value", None, api.NVFP4),
-        plans.plan_key(x, 1, "swizzled", "value", None, api.NVFP4),
-        plans.plan_key(x, 0, "linear", "value", None, api.NVFP4),
-        plans.plan_key(x, 0, "swizzled", "pointer", None, api.NVFP4),
-        plans.plan_key(x, 0, "swizzled", "value", cfg, api.NVFP4),
-        plans.plan_key(x, 0, "swizzled", "value", QuantizeConfig(), api.NVFP4),
-        plans.plan_key(x, 0, "swizzled", "value", None, api._MX_FORMATS["rceil"]),
-        plans.plan_key(x, 0, "swizzled", "value", None, api._MX_FORMATS["floor"]),
+        lambda: call(gpu, cp.array((4, 64), np.float16)),
+        lambda: call(gpu, cp.array((4, 64), strides=(256, 2))),
+        lambda: call(gpu, cp.array((2, 2, 64))),
+        lambda: call(gpu, cp.array((4, 64), device=1)),
+        lambda: call(gpu, x, sf_layout="linear"),
+        lambda: call(gpu, x, config=QuantizeConfig()),
+        lambda: call(gpu, x, config=QuantizeConfig()),  # another object: another kind
+        lambda: api.quantize_mxfp4(x),
+        lambda: api.quantize_mxfp4(x, mode="floor"),
     ]
-    assert len({base, *others}) == len(others) + 1
-    # The pointer itself is not part of the key (alignment picks the launcher within a plan).
-    assert plans.plan_key(FakeArray((4, 64), np.uint16, 0x2000), 0, "swizzled", "value", None, api.NVFP4) == base
+    for n, other in enumerate(others, start=2):
+        other()
+        assert len(plans.plans) == n
+    # Neither the pointer nor the tensor_sf mode is part of the kind.
+    call(gpu, cp.array((4, 64)))
+    call(gpu, x, cp.array((), np.float32))
+    assert len(plans.plans) == len(others) + 1
 
 
 @pytest.mark.parametrize("mode", ["rceil", "floor"])
@@ -780,7 +790,7 @@ def test_mxfp4_calls_launch_the_mxfp4_kernel_with_its_scale_geometry(gpu, mode, 
         assert q.shape == (m, k // 2)
         assert sf.shape == (swizzled_sf_shape(m, k // 32) if sf_layout == "swizzled" else (m, k // 32))
         if sf_layout == "swizzled":
-            sf_map = [a for a in launch["args"] if a[0] == "map"][2][1]
+            sf_map = launch["args"]["sf_map"]
             assert sf_map.dims == (16, 32, 17, 2) and sf_map.box == (16, 32, 1, 1)
     assert gpu.checked == 1
     # NVFP4 on the same input is another kind of call: its own checked call and plan.
@@ -807,3 +817,79 @@ def test_put_bounded_evicts_the_oldest_first():
     assert list(table.items()) == [("c", "C"), ("d", "D"), ("e", "E")]
     plans.put_bounded(table, "d", "new", 3)  # a key already there is replaced in place
     assert list(table.items()) == [("c", "C"), ("d", "new"), ("e", "E")]
+
+
+# ------------------------------------------------------------------------------------- dequantize, global scale
+@pytest.mark.parametrize("m, k, tma", [(4096, 512, True), (16, 256, False), (64, 80, False)])
+def test_dequantize_launches(gpu, m, k, tma):
+    from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    q = cp.array((m, k // 2), np.uint8)
+    sf = swizzled(cp, m, k)
+    tsf = cp.array((), np.float32)
+    for _ in range(2):
+        before = len(gpu.launches)
+        y = dequantize_nvfp4(q, sf, tsf, dtype="float32")
+        (launch,) = gpu.launches[before:]
+        assert y.shape == (m, k) and y.dtype == np.float32
+        args = dict(sf=sf.data.ptr, out=y.data.ptr, tensor_sf_value=0.0, tensor_sf_ptr=tsf.data.ptr, rows=m, cols=k)
+        if tma:
+            cfg = DequantizeConfig(out_dtype="float32", tensor_sf_mode="pointer")
+            tiles = math.ceil(m / cfg.tile_m) * math.ceil(k / cfg.tile_k)
+            grid = min(tiles, SM_COUNT * CTAS_PER_SM)
+            args.update(q_map=TensorMapSpec(q.data.ptr, 1, (k // 2, m), (k // 2,), (cfg.tile_k // 2, cfg.tile_m),
+                                            l2_promotion=256),
+                        tickets=FakeDriver.counter_for(None, None, 0) if grid < tiles else 0)
+            assert launch["spec"] == cfg.spec
+        else:
+            cfg = DequantizeSimtConfig(out_dtype="float32", tensor_sf_mode="pointer")
+            grid = max(1, min(math.ceil(m * k // cfg.unit / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
+            args.update(q=q.data.ptr, q_row_stride=k // 2)
+            assert launch["spec"] == cfg.spec
+        assert launch["args"] == args and launch["grid"] == (grid, 1, 1) and launch["pdl"]
+    assert len(plans.plans) == 1
+
+
+def test_dequantize_rules_after_a_plan_exists(gpu):
+    from fp4q.ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
+
+    cp = gpu.cupy
+    q, sf = cp.array((16, 128), np.uint8), swizzled(cp, 16, 256)
+    dequantize_nvfp4(q, sf, 1.0)
+    for bad, exc_type, message in [
+        (dict(sf=cp.array((16, 16), np.uint8)), ValueError, r"sf must have shape \(1, 4, 32, 4, 4\)"),
+        (dict(tensor_sf=0.0), ValueError, "tensor_sf must be a float32 in"),
+        (dict(out=cp.array((16, 256), np.float32)), TypeError, "out must have dtype uint16 or bfloat16, got float32"),
+        (dict(out=FakeArray((16, 256), np.uint16, q.data.ptr)), ValueError, "out overlaps q"),
+        (dict(pdl=None), TypeError, "pdl must be a bool"),
+        (dict(config="x"), TypeError, "config must be None, a DequantizeConfig or a DequantizeSimtConfig"),
+    ]:
+        kwargs = dict(sf=sf, tensor_sf=1.0)
+        kwargs.update(bad)
+        with pytest.raises(exc_type, match=message):
+            dequantize_nvfp4(q, kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
+    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
+        dequantize_mxfp4(cp.array((4, 24), np.uint8), cp.array((4, 1), np.uint8), sf_layout="linear")
+    assert len(gpu.launches) == 1
+
+
+@pytest.mark.parametrize("offset, vector", [(0, True), (2, False)])
+def test_global_scale_launches_two_kernels_into_one_buffer(gpu, offset, vector):
+    from fp4q.kernels.global_scale import AmaxConfig
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    x = cp.array((64, 1024), offset=offset)
+    for _ in range(2):
+        before = len(gpu.launches)
+        scale = global_scale(x)
+        amax, reduce = gpu.launches[before:]
+        buffer = cp.allocations[-1]
+        partials = min(math.ceil(64 * 1024 // (8 if vector else 1) / (512 * 4)), SM_COUNT * CTAS_PER_SM)
+        assert amax["spec"] == AmaxConfig(vector_loads=vector).spec and amax["grid"] == (partials, 1, 1)
+        assert amax["args"] == dict(x=x.data.ptr, row_stride=1024, rows=64, cols=1024, partial=buffer.data.ptr + 4)
+        assert reduce["grid"] == (1, 1, 1)
+        assert reduce["args"] == dict(partial=buffer.data.ptr + 4, count=partials, scale=buffer.data.ptr)
+        assert buffer.shape == (1 + partials,) and scale.shape == () and scale.data.ptr == buffer.data.ptr

@@ -92,7 +92,7 @@ def test_precompile_in_process_reports_bytes_per_target(tmp_path):
     report = precompile("sm_90a", "global_scale", jobs=1, cache_dir=tmp_path, progress=False)
     assert report.ok and len(report.compiled) == 5 and not report.cached
     assert report.bytes_by_arch["sm_90a"] == sum(
-        len(compile_source(render(v.config), BinaryCache(tmp_path)).cubin) for v in report.compiled)
+        len(compile_source(render(v.config.spec), BinaryCache(tmp_path)).cubin) for v in report.compiled)
     assert fp4q.precompile is precompile
 
 
@@ -104,10 +104,10 @@ def test_jit_disabled_miss_names_the_variant_target_and_command(tmp_path, monkey
     monkeypatch.setattr(compiler, "_nvrtc_compile", lambda src: pytest.fail("NVRTC called with JIT disabled"))
     cfg = SimtConfig(vector=True, arch="sm_100f")
     with pytest.raises(JitDisabledError) as info:
-        compile_source(render(cfg), cache=BinaryCache(tmp_path), variant=cfg)
+        compile_source(render(cfg.spec), cache=BinaryCache(tmp_path), variant=cfg.spec)
     message = str(info.value)
     assert isinstance(info.value, CompileError)
-    assert f"FP4Q_DISABLE_JIT=1 forbids compiling, and the kernel cache {tmp_path} has no cubin for {cfg!r} " \
+    assert f"FP4Q_DISABLE_JIT=1 forbids compiling, and the kernel cache {tmp_path} has no cubin for {cfg.spec!r} " \
            f"on target sm_100f" in message
     assert f"build it ahead of time with: FP4Q_CACHE_DIR={tmp_path} python -m fp4q precompile --arch sm_100f" \
         in message
@@ -119,27 +119,27 @@ def test_jit_disabled_miss_of_a_config_that_is_not_shipped(tmp_path, monkeypatch
     cfg = SimtConfig(threads=512, arch="sm_90a")
     with pytest.raises(JitDisabledError, match="it is not a shipped variant, so precompile does not build it: run "
                                                "this call once with FP4Q_DISABLE_JIT unset"):
-        compile_source(render(cfg), cache=BinaryCache(tmp_path), variant=cfg)
+        compile_source(render(cfg.spec), cache=BinaryCache(tmp_path), variant=cfg.spec)
 
 
 def test_jit_disabled_hit_needs_no_compile(tmp_path, monkeypatch):
     cfg = GlobalScaleConfig()
-    first = compile_source(render(cfg), cache=BinaryCache(tmp_path))
+    first = compile_source(render(cfg.spec), cache=BinaryCache(tmp_path))
     monkeypatch.setenv("FP4Q_DISABLE_JIT", "1")
-    again = compile_source(render(cfg), cache=BinaryCache(tmp_path), variant=cfg)
-    assert again.cache_hit and again.cubin == first.cubin and again.key == kernel_key(render(cfg))
+    again = compile_source(render(cfg.spec), cache=BinaryCache(tmp_path), variant=cfg.spec)
+    assert again.cache_hit and again.cubin == first.cubin and again.key == kernel_key(render(cfg.spec))
 
 
 @pytest.mark.parametrize("value", ["0", ""])
 def test_jit_enabled_values(tmp_path, monkeypatch, value):
     monkeypatch.setenv("FP4Q_DISABLE_JIT", value)
-    assert not compile_source(render(GlobalScaleConfig()), cache=BinaryCache(tmp_path)).cache_hit
+    assert not compile_source(render(GlobalScaleConfig().spec), cache=BinaryCache(tmp_path)).cache_hit
 
 
 def test_bad_disable_jit_value(tmp_path, monkeypatch):
     monkeypatch.setenv("FP4Q_DISABLE_JIT", "yes")
     with pytest.raises(ValueError, match="FP4Q_DISABLE_JIT must be '0' or '1' \\(or unset\\), got 'yes'"):
-        compile_source(render(GlobalScaleConfig()), cache=BinaryCache(tmp_path))
+        compile_source(render(GlobalScaleConfig().spec), cache=BinaryCache(tmp_path))
 
 
 # --- NVRTC API failures --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""ptx.cuh: every wrapper compiles for each target and is named after the PTX instruction it wraps."""
+"""ptx/: every wrapper compiles for each target and is named after the PTX instruction it wraps."""
 
 import re
 
@@ -6,10 +6,10 @@ import pytest
 
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
-from fp4q.jit.render import KernelSource, expand_includes
+from fp4q.jit.render import KernelSource, expand_includes, templates_dir
 from fp4q.jit.compiler import CompileError, compile_source
 
-HEADER = expand_includes("ptx.cuh")
+HEADER = expand_includes("ptx/all.cuh")
 
 # wrapper -> the PTX instruction it is named after (dotted prefix of the mnemonic in its asm)
 MNEMONICS = {
@@ -166,7 +166,7 @@ def kernel_source(arch: str, e2m1: bool) -> KernelSource:
 
 
 def body_of(name: str) -> str:
-    """The text of wrapper ``name`` in ptx.cuh, signature to closing brace."""
+    """The text of wrapper ``name`` in the ptx/ headers, signature to closing brace."""
     m = re.search(rf"^FP4Q_DEVICE\s+[\w:]+\s+{name}\(", HEADER, re.M)
     assert m, name
     line_end = HEADER.index("\n", m.start())
@@ -202,6 +202,13 @@ def to_ptx(src: KernelSource) -> str:
 
 
 # --- the wrapper list -------------------------------------------------------------------------------------------
+
+
+def test_all_cuh_includes_every_family():
+    # the wrapper tests see a family only through ptx/all.cuh
+    families = {p.name for p in (templates_dir() / "ptx").glob("*.cuh")} - {"all.cuh"}
+    included = set(re.findall(r'^#include "ptx/([^"]+)"$', (templates_dir() / "ptx" / "all.cuh").read_text(), re.M))
+    assert included == families
 
 
 def test_every_wrapper_is_known():

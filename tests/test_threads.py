@@ -68,8 +68,9 @@ def _tma_ok(k):
 
 def test_eight_threads_quantize_bit_exact():
     cp = _cp()
-    map_cache = getattr(fp4q.ops.quantize, "tensor_map_cache", None)
-    hits_before = map_cache().hits if map_cache else 0
+    from fp4q.ops.plans import tensor_maps
+
+    hits_before = tensor_maps.hits
 
     def prepare(i):
         rng = np.random.default_rng(1000 + i)
@@ -131,8 +132,7 @@ def test_eight_threads_quantize_bit_exact():
             assert_bytes_equal(sf, sf_ref, f"thread {i} sf {key}")
             checked += 1
     assert checked >= THREADS * len(SHAPES) * 2 * 2
-    if map_cache:
-        assert map_cache().hits > hits_before, "TMA descriptors were never reused"
+    assert tensor_maps.hits > hits_before, "TMA descriptors were never reused"
 
 
 @pytest.mark.parametrize("base", [FRESH_TMA_2, FRESH_SIMT_2], ids=["tma", "simt"])
@@ -143,9 +143,9 @@ def test_kernel_cache_hands_racing_threads_one_loaded_kernel(base):
 
     arch = driver.device(0).arch
     cfg = base.replace(sf_layout="linear", tensor_sf_mode="pointer", input_dtype="bfloat16", arch=arch)
-    kernels = run_together(THREADS, lambda i: None, lambda i, _: get_kernel(cfg, 0))
+    kernels = run_together(THREADS, lambda i: None, lambda i, _: get_kernel(cfg.spec, 0))
     assert all(k is kernels[0] for k in kernels), "racing threads got different LoadedKernel objects"
-    assert get_kernel(cfg, 0) is kernels[0]
+    assert get_kernel(cfg.spec, 0) is kernels[0]
     # ... and the kernel they share works.
     rng = np.random.default_rng(3)
     bits = random_bf16((257, 1024), rng, specials=0.01)

@@ -64,7 +64,7 @@ class FakeDriver:
 @pytest.fixture
 def fake(monkeypatch):
     fake = FakeDriver()
-    monkeypatch.setattr(tile_tickets, "_cu", lambda: fake)
+    monkeypatch.setattr(tile_tickets, "driver_api", lambda: fake)
     monkeypatch.setattr(tile_tickets, "in_context", lambda dev: contextlib.nullcontext())
     monkeypatch.setattr(tile_tickets, "_counters", {})
     monkeypatch.setattr(tile_tickets, "_free", {})

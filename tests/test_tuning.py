@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from fp4q.kernels import tuning
+from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
@@ -57,14 +58,14 @@ def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
 @pytest.mark.parametrize("m, k", [(8192, 8192), (1024, 4096), (128, 16384)])
 def test_large_inputs_choose_the_table_or_default(m, k):
     cfg = tuning.choose_config(m, k, "sm_90a")
-    assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config(m, k))
+    assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config())
     assert tuning.choose_config(m, k, "sm_90a", 32) == default_mx_config()
 
 
 def test_arch_without_a_table_uses_the_default_rule():
     assert tuning.vector_max_elements("sm_100f") == tuning.VECTOR_MAX_ELEMENTS
     assert tuning.choose_config(16, 4096, "sm_100f").vector
-    assert tuning.choose_config(8192, 8192, "sm_100f") == default_config(8192, 8192, "sm_100f")
+    assert tuning.choose_config(8192, 8192, "sm_100f") == default_config("sm_100f")
 
 
 def test_table_crossover_is_used(table_file):
@@ -79,13 +80,54 @@ def test_unusable_crossover_falls_back_to_the_default(table_file, value):
     assert tuning.vector_max_elements("sm_90a") == tuning.VECTOR_MAX_ELEMENTS
 
 
-def test_entries_this_version_cannot_build_are_skipped(table_file):
-    good = {"tile_k": 64, "output_box_k": 32, "output_swizzle": 32, "num_stages": 2, "consumer_warpgroups": 1}
-    table_file({"entries": {"m<=16,k<=2048": {"config": {"tile_k": 1000}},
-                            "m<=128,k<=2048": {"config": {"unknown_field": 1}},
-                            "m<=1024,k<=2048": {"config": {"input_swizzle": 3}},
-                            "m>4096,k>8192": {"config": good}}})
-    assert set(tuning.tuned_table("sm_90a")) == {"m>4096,k>8192"}
+GOOD = {"tile_k": 64, "output_box_k": 32, "output_swizzle": 32, "num_stages": 2, "consumer_warpgroups": 1}
+
+
+@pytest.mark.parametrize("cls, entry, reason", [
+    ("m<=16,k<=2048", {"config": {"tile_k": 1000}}, "tile_k must be a multiple of 64"),
+    ("m<=128,k<=2048", {"config": {"unknown_field": 1}}, "unexpected keyword argument 'unknown_field'"),
+    ("m<=1024,k<=2048", {"config": {"input_swizzle": 3}}, "input_swizzle must be one of"),
+    ("m<=1024,k<=2048", {"config": {**GOOD, "arch": "sm_100a"}}, "multiple values for keyword argument 'arch'"),
+    ("m<=1024,k<=2048", {"pct_of_copy": 90.0}, 'no "config" object'),
+    ("m<=2048,k<=8192", {"config": GOOD}, "not a shape class"),
+])
+def test_an_entry_that_does_not_build_names_file_entry_and_reason(table_file, tmp_path, cls, entry, reason):
+    table_file({"entries": {"m>4096,k>8192": {"config": GOOD}, cls: entry}})
+    with pytest.raises(ConfigError) as info:
+        tuning.tuned_table("sm_90a")
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'tuned_sm_90a.json'}: entry {cls!r}: "), message
+    assert reason in message
+
+
+def test_a_table_of_good_entries_loads_them_all(table_file):
+    table_file({"entries": {"m>4096,k>8192": {"config": GOOD}, "m<=16,k<=2048": {"config": {}}}})
+    assert tuning.tuned_table("sm_90a") == {"m>4096,k>8192": QuantizeConfig(**GOOD), "m<=16,k<=2048": QuantizeConfig()}
+
+
+SHIPPED_TABLES = sorted(pathlib.Path(tuning.__file__).parent.glob("tuned_*.json"))
+
+
+def test_the_sm_90a_table_is_among_the_shipped_ones():
+    assert tuning.table_path("sm_90a") in SHIPPED_TABLES
+
+
+@pytest.mark.parametrize("path", SHIPPED_TABLES, ids=lambda path: path.name)
+def test_every_shipped_entry_builds_the_config_its_json_names(path):
+    arch = path.stem.removeprefix("tuned_")
+    assert tuning.table_path(arch) == path
+    table = json.loads(path.read_text())
+    assert table.get("arch", arch) == arch
+    configs = tuning.tuned_table(arch)
+    assert set(configs) == set(table["entries"])
+    for cls, entry in table["entries"].items():
+        cfg = configs[cls]
+        assert cfg.arch == arch
+        assert {name: getattr(cfg, name) for name in entry["config"]} == entry["config"], cls
+    if "vector_max_elements" in table:
+        value = table["vector_max_elements"]
+        assert type(value) is int and value > 0, value
+        assert tuning.vector_max_elements(arch) == value
 
 
 # --- the crossover the sweep writes -----------------------------------------------------------------------------
@@ -151,9 +193,7 @@ def test_merged_table_keeps_classes_not_swept_and_dates_each_entry():
     assert table["entries"]["m<=16,k<=4096"] == {"config": {"tile_k": 64}, "pct_of_copy": 73.4, "date": "2026-12-02"}
     swept = table["entries"]["m>4096,k>8192"]
     assert swept["date"] == "2026-12-03" and swept["pct_of_copy"] == 95.0
-    assert QuantizeConfig(**{**swept["config"], "input_swizzle": tuning.Swizzle(swept["config"]["input_swizzle"]),
-                             "output_swizzle": tuning.Swizzle(swept["config"]["output_swizzle"])}) == \
-        CLASS_CONFIGS["b"]
+    assert QuantizeConfig(**swept["config"]) == CLASS_CONFIGS["b"]
 
 
 def test_merged_table_takes_a_new_crossover_and_drops_the_old_note():

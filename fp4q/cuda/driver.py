@@ -49,7 +49,7 @@ class NoGpuError(CudaError):
 _driver_module = None
 
 
-def _cu():
+def driver_api():
     """``cuda.bindings.driver``, imported on first use (it loads no library until a call)."""
     global _driver_module
     if _driver_module is None:
@@ -61,7 +61,7 @@ def _cu():
 
 def check(result, what: str):
     """Unwrap a cuda.bindings result tuple, raising CudaError on failure."""
-    cu = _cu()
+    cu = driver_api()
     err, *values = result
     if err != cu.CUresult.CUDA_SUCCESS:
         _, name = cu.cuGetErrorName(err)
@@ -101,7 +101,7 @@ _device_lock = threading.Lock()
 
 @functools.lru_cache(maxsize=None)
 def _device(ordinal: int) -> Device:
-    cu = _cu()
+    cu = driver_api()
     require_gpu()
     dev = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})")
     attr = cu.CUdevice_attribute
@@ -136,7 +136,7 @@ def is_current(dev: Device) -> bool:
     Asked of the driver on every call: CuPy, torch or the caller may switch
     contexts between two calls, so the answer is never cached.
     """
-    result = _cu().cuCtxGetCurrent()
+    result = driver_api().cuCtxGetCurrent()
     if result[0]:  # not CUDA_SUCCESS (0)
         check(result, "cuCtxGetCurrent")
     current = result[1]
@@ -146,7 +146,7 @@ def is_current(dev: Device) -> bool:
 @contextlib.contextmanager
 def in_context(dev: Device):
     """Make ``dev``'s primary context current for the block, then restore."""
-    cu = _cu()
+    cu = driver_api()
     if is_current(dev):
         yield
         return
@@ -158,5 +158,5 @@ def in_context(dev: Device):
 
 
 def driver_version() -> tuple[int, int]:
-    v = check(_cu().cuDriverGetVersion(), "cuDriverGetVersion")
+    v = check(driver_api().cuDriverGetVersion(), "cuDriverGetVersion")
     return (v // 1000, (v % 1000) // 10)

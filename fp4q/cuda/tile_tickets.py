@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 
-from .driver import Device, _cu, check, in_context
+from .driver import Device, check, driver_api, in_context
 
 SLOTS_PER_BLOCK = 256
 SLOT_BYTES = 8  # two uint32 words
@@ -55,7 +55,7 @@ def _capturing(stream: int) -> bool:
     """Whether ``stream`` is capturing; a stream the driver cannot answer for
     (an invalidated capture, say) is treated as capturing: the static order is
     right on every stream."""
-    cu = _cu()
+    cu = driver_api()
     err, status = cu.cuStreamIsCapturing(cu.CUstream(stream))
     return err != cu.CUresult.CUDA_SUCCESS or status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
@@ -63,7 +63,7 @@ def _capturing(stream: int) -> bool:
 def _take(dev: Device) -> int:
     free = _free.setdefault(dev.ordinal, [])
     if not free:
-        cu = _cu()
+        cu = driver_api()
         nbytes = SLOTS_PER_BLOCK * SLOT_BYTES
         with in_context(dev):
             base = int(check(cu.cuMemAlloc(nbytes), "cuMemAlloc(tile counters)"))

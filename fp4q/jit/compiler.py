@@ -231,7 +231,7 @@ def _jit_disabled_message(src: KernelSource, cache: BinaryCache, variant) -> str
 
     what = repr(variant) if variant is not None else f"kernel {src.kernel_name}"
     command = f"FP4Q_CACHE_DIR={cache.directory} python -m fp4q precompile --arch {src.arch}"
-    shipped = variant is not None and src.arch in ARCHS and variant in all_variants(src.arch).values()
+    shipped = variant is not None and src.arch in ARCHS and variant in {c.spec for c in all_variants(src.arch).values()}
     if shipped:
         how = f"build it ahead of time with: {command}"
     else:

@@ -110,7 +110,7 @@ def _init_worker(directory: str) -> None:
 
 
 def _compile(config) -> tuple[int, bool]:
-    kernel = compile_source(render(config), _worker_cache, variant=config)
+    kernel = compile_source(render(config.spec), _worker_cache, variant=config.spec)
     return len(kernel.cubin), kernel.cache_hit
 
 
@@ -170,7 +170,7 @@ def precompile(archs=None, ops=None, *, jobs: int | None = None, check: bool = F
     report.bytes_by_arch = {arch: 0 for arch in dict.fromkeys(v.arch for v in todo)}
     missing = []
     for variant in todo:
-        payload = cache.get(kernel_key(render(variant.config)))
+        payload = cache.get(kernel_key(render(variant.config.spec)))
         cubin = None if payload is None else unpack_cubin(payload)
         if cubin is None:
             missing.append(variant)

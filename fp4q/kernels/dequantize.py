@@ -1,17 +1,18 @@
 """Configs of the dequantization kernels: NVFP4 or MXFP4 codes and scales
 back to bf16 or float32 values. Frozen and validated at construction, like
-the quantization configs in ``config.py``; ``fmt``, ``out_dtype``,
+the quantization configs in ``quantize.py``; ``fmt``, ``out_dtype``,
 ``sf_layout``, ``tensor_sf_mode`` and ``arch`` are set from each call by the
 API."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from .archs import check_arch, check_fits_sm
 from .quantize import SF_LAYOUTS
-from .spec import MAX_BOX_DIM
+from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, params
 from .rules import align_up, check_choice, check_int, require
 
 FORMATS = ("nvfp4", "mxfp4")
@@ -22,6 +23,22 @@ WARP = 32
 STORE_BYTES = 16  # one vector store per unit of output
 TMA_SMEM_ALIGN = 128  # dynamic shared memory is only 16-byte aligned at entry
 MAX_UNITS_PER_THREAD = 16
+SIMT_WAVES = 4  # grid-stride CTAs per SM slot for the plain kernel
+
+# The kernels' parameter lists, in the order of their extern "C" signatures.
+_SCALE_AND_OUTPUT = (("sf", "ptr"), ("out", "ptr"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
+                     ("rows", "i32"), ("cols", "i32"))
+TMA_DEQUANTIZE_PARAMS = params(("q_map", "map"), *_SCALE_AND_OUTPUT, ("tickets", "ptr"))
+SIMT_DEQUANTIZE_PARAMS = params(("q", "ptr"), ("q_row_stride", "i64"), *_SCALE_AND_OUTPUT)
+
+
+def dequantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
+    return (
+        ("FP4Q_MXFP4", cfg.fmt == "mxfp4"),
+        ("FP4Q_OUT_F32", cfg.out_dtype == "float32"),
+        ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
+        ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
+    )
 
 
 def tensor_sf_modes(fmt: str) -> tuple[str, ...]:
@@ -127,6 +144,24 @@ class DequantizeConfig:
         tiles = barriers + 2 * self.num_stages * 8  # the tile index of each stage
         return DequantizeSmem(barriers=barriers, tiles=tiles, total=tiles + 4 * self.num_stages + TMA_SMEM_ALIGN)
 
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        smem = self.smem
+        return KernelSpec(
+            name="fp4q_dequantize_tma",
+            template="kernels/dequantize_tma.cu",
+            arch=self.arch,
+            constants=(("TILE_M", self.tile_m), ("TILE_K", self.tile_k), ("NUM_STAGES", self.num_stages),
+                       ("CONSUMER_THREADS", self.consumer_threads), ("MIN_CTAS_PER_SM", self.min_ctas_per_sm),
+                       ("OFF_BARRIERS", smem.barriers), ("OFF_TILES", smem.tiles)),
+            flags=dequantize_flags(self),
+            params=TMA_DEQUANTIZE_PARAMS,
+            threads=self.threads,
+            smem_bytes=smem.total,
+            grid=TileGrid(self.tile_m, self.tile_k, self.persistent),
+            maps=(MapBox("q_map", 1, tuple(reversed(self.q_box)), l2_promotion=256),),
+        )
+
     def replace(self, **changes) -> "DequantizeConfig":
         return dataclasses.replace(self, **changes)
 
@@ -153,6 +188,20 @@ class DequantizeSimtConfig:
     @property
     def unit(self) -> int:
         return STORE_BYTES // OUT_BYTES[self.out_dtype]
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        return KernelSpec(
+            name="fp4q_dequantize_simt",
+            template="kernels/dequantize_simt.cu",
+            arch=self.arch,
+            constants=(("SIMT_THREADS", self.threads),),
+            flags=dequantize_flags(self),
+            params=SIMT_DEQUANTIZE_PARAMS,
+            threads=self.threads,
+            smem_bytes=0,
+            grid=StrideGrid(self.threads, SIMT_WAVES),
+        )
 
     def replace(self, **changes) -> "DequantizeSimtConfig":
         return dataclasses.replace(self, **changes)

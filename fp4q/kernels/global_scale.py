@@ -6,13 +6,20 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from .archs import check_arch
 from .quantize import INPUT_DTYPES
 from .rules import check_choice, require
+from .spec import KernelSpec, StrideGrid, params
 
 BLOCK_SIZES = (128, 256, 512, 1024)
+AMAX_UNROLL = 4  # load units per thread per loop trip in the amax kernel
+AMAX_CTAS_PER_SM = 4  # partial maxima per SM at most: the scale pass reads them all
+
+AMAX_PARAMS = params(("x", "ptr"), ("row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("partial", "ptr"))
+GLOBAL_SCALE_PARAMS = params(("partial", "ptr"), ("count", "i32"), ("scale", "ptr"))
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,24 @@ class AmaxConfig:
         check_choice("threads", self.threads, BLOCK_SIZES)
         require(isinstance(self.vector_loads, bool), f"vector_loads must be a bool, got {self.vector_loads!r}")
 
+    @property
+    def elements_per_unit(self) -> int:
+        return 8 if self.vector_loads else 1
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        return KernelSpec(
+            name="fp4q_amax",
+            template="kernels/amax.cu",
+            arch=self.arch,
+            constants=(("AMAX_THREADS", self.threads),),
+            flags=(("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads)),
+            params=AMAX_PARAMS,
+            threads=self.threads,
+            smem_bytes=0,
+            grid=StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM),
+        )
+
     def replace(self, **changes) -> "AmaxConfig":
         return dataclasses.replace(self, **changes)
 
@@ -45,6 +70,20 @@ class GlobalScaleConfig:
     def __post_init__(self) -> None:
         check_arch(self.arch)
         check_choice("threads", self.threads, BLOCK_SIZES)
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        return KernelSpec(
+            name="fp4q_global_scale",
+            template="kernels/global_scale.cu",
+            arch=self.arch,
+            constants=(("SCALE_THREADS", self.threads),),
+            flags=(),
+            params=GLOBAL_SCALE_PARAMS,
+            threads=self.threads,
+            smem_bytes=0,
+            grid=StrideGrid(self.threads, max_ctas_per_sm=1),
+        )
 
     def replace(self, **changes) -> "GlobalScaleConfig":
         return dataclasses.replace(self, **changes)

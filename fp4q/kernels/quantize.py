@@ -9,11 +9,12 @@ pipeline (rendering, compiling, launching) trusts it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
 from .rules import ConfigError, align_up, check_choice, check_int, require
-from .spec import MAX_BOX_DIM, Swizzle
+from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, params
 
 WARPGROUP = 128
 SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
@@ -24,6 +25,28 @@ SF_LAYOUTS = ("swizzled", "linear")
 MX_MODES = ("rceil", "floor")
 TENSOR_SF_MODES = ("value", "pointer")
 INPUT_DTYPES = ("bfloat16", "float16")
+SIMT_WAVES = 4  # grid-stride CTAs per SM slot for the SIMT kernels
+
+# The kernels' parameter lists, in the order of their extern "C" signatures.
+TMA_QUANTIZE_PARAMS = params(
+    ("in_map", "map"), ("q_map", "map"), ("sf_map", "map"), ("sf_linear", "ptr"), ("tensor_sf_value", "f32"),
+    ("tensor_sf_ptr", "ptr"), ("rows", "i32"), ("cols", "i32"), ("tickets", "ptr"),
+)
+SIMT_QUANTIZE_PARAMS = params(
+    ("x", "ptr"), ("x_row_stride", "i64"), ("q", "ptr"), ("sf", "ptr"), ("tensor_sf_value", "f32"),
+    ("tensor_sf_ptr", "ptr"), ("rows", "i32"), ("cols", "i32"),
+)
+
+
+def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
+    """The feature flags every quantize kernel takes from its call: all of them for
+    every config, since both branches of an ``if constexpr`` are compiled."""
+    return (
+        ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
+        ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
+        ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
+        ("FP4Q_MX_RCEIL", cfg.sf_vec_size == 32 and cfg.mx_mode == "rceil"),
+    )
 
 
 def _check_box(prefix: str, box_bytes: int, swizzle: Swizzle, tile_bytes: int) -> None:
@@ -141,28 +164,10 @@ class QuantizeConfig:
         return WARPGROUP + self.consumer_threads
 
     @property
-    def input_tile(self) -> tuple[int, int]:
-        return (self.tile_m, self.tile_k)
-
-    @property
-    def input_box(self) -> tuple[int, int]:
-        """TMA box of the bf16 input, outer dimension first."""
-        return (self.tile_m, self.input_box_k)
-
-    @property
-    def output_tile(self) -> tuple[int, int]:
-        return (self.tile_m, self.tile_k // 2)
-
-    @property
-    def output_box(self) -> tuple[int, int]:
-        return (self.tile_m, self.output_box_k)
-
-    @property
-    def scales_tile(self) -> tuple[int, int, int, int]:
-        """The tile's slice of the swizzled scales, outer first: 128-row blocks, 4-group blocks, 32, 16."""
+    def scales_box(self) -> tuple[int, int, int, int]:
+        """TMA box of the swizzled scales, outer dimension first: the tile's whole slice of them
+        (128-row blocks, 4-group blocks, 32, 16)."""
         return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // (4 * self.sf_vec_size), 32, 16)
-
-    scales_box = scales_tile
 
     @property
     def smem(self) -> SmemLayout:
@@ -184,6 +189,37 @@ class QuantizeConfig:
         producer = 40
         consumer = (entry * self.threads - producer * WARPGROUP) // self.consumer_threads // 8 * 8
         return producer, min(256, consumer)
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        smem = self.smem
+        constants = [
+            ("TILE_M", self.tile_m), ("TILE_K", self.tile_k), ("IN_BOX_K", self.input_box_k),
+            ("IN_SWIZZLE", int(self.input_swizzle)), ("OUT_BOX_K", self.output_box_k),
+            ("OUT_SWIZZLE", int(self.output_swizzle)), ("NUM_STAGES", self.num_stages),
+            ("NUM_OUT_BUFFERS", self.out_buffers), ("CONSUMER_THREADS", self.consumer_threads),
+            ("MIN_CTAS_PER_SM", self.min_ctas_per_sm), ("SF_VEC", self.sf_vec_size), ("OFF_IN", smem.input),
+            ("OFF_Q", smem.q), ("OFF_SF", smem.sf), ("OFF_BARRIERS", smem.barriers), ("OFF_TILES", smem.tiles),
+        ]
+        if self.setmaxnreg:
+            producer_regs, consumer_regs = self.register_split
+            constants += [("PRODUCER_REGS", producer_regs), ("CONSUMER_REGS", consumer_regs)]
+        return KernelSpec(
+            name="fp4q_quantize_fp4_tma",
+            template="kernels/quantize_fp4_tma.cu",
+            arch=self.arch,
+            constants=tuple(constants),
+            flags=quantize_flags(self) + (("FP4Q_SETMAXNREG", self.setmaxnreg),),
+            params=TMA_QUANTIZE_PARAMS,
+            threads=self.threads,
+            smem_bytes=smem.total,
+            grid=TileGrid(self.tile_m, self.tile_k, self.persistent),
+            maps=(
+                MapBox("in_map", 2, (self.input_box_k, self.tile_m), self.input_swizzle, 256),
+                MapBox("q_map", 1, (self.output_box_k, self.tile_m), self.output_swizzle),
+                MapBox("sf_map", 1, tuple(reversed(self.scales_box))),
+            ),
+        )
 
     def replace(self, **changes) -> "QuantizeConfig":
         return dataclasses.replace(self, **changes)
@@ -219,12 +255,38 @@ class SimtConfig:
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         require(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
 
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        kind = "vector" if self.vector else "simt"
+        return KernelSpec(
+            name=f"fp4q_quantize_fp4_{kind}",
+            template=f"kernels/quantize_fp4_{kind}.cu",
+            arch=self.arch,
+            constants=(("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size)),
+            flags=quantize_flags(self),
+            params=SIMT_QUANTIZE_PARAMS,
+            threads=self.threads,
+            smem_bytes=0,
+            grid=StrideGrid(self.threads, SIMT_WAVES),
+        )
+
+    def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
+        """Threads that give this kernel one work item each (more are not needed, fewer loop)."""
+        groups = cols // self.sf_vec_size
+        domain_groups = -(-groups // 4) * 4 if swizzled else groups
+        padded_rows = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS if swizzled else rows
+        if not self.vector:  # a thread per group of the padded scale domain
+            return padded_rows * domain_groups
+        # A thread per 8 elements; zero-scale words of the padding rows are shared out too.
+        padding_words = (padded_rows - rows) * domain_groups // 4
+        return max(rows * domain_groups * (self.sf_vec_size // 8), padding_words)
+
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)
 
 
-def default_config(m: int, k: int, arch: str = "sm_90a") -> QuantizeConfig:
-    """A sensible TMA config when no tuned entry applies.
+def default_config(arch: str = "sm_90a") -> QuantizeConfig:
+    """The TMA config for NVFP4 when no tuned entry applies, whatever the shape.
 
     128x64 tiles, two stages, one consumer warpgroup and three CTAs per SM
     was the best or within 2% of the best for every shape class of the
@@ -251,3 +313,25 @@ def default_mx_config(arch: str = "sm_90a") -> QuantizeConfig:
     check_arch(arch)
     return _most_ctas(QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=1,
                                      arch=arch), 2)
+
+
+NUMERICS_PROBE_PARAMS = params(
+    ("v", "ptr"), ("codes", "ptr"), ("amax", "ptr"), ("sf", "ptr"), ("inv", "ptr"), ("tensor_sf", "f32"),
+    ("pairs", "i32"),
+)
+
+
+def numerics_probe_spec(arch: str) -> KernelSpec:
+    """A test kernel that applies the numerics header to raw floats, for bit-exact tests."""
+    check_arch(arch)
+    return KernelSpec(
+        name="fp4q_numerics_probe",
+        template="kernels/numerics_probe.cu",
+        arch=arch,
+        constants=(),
+        flags=(("FP4Q_INPUT_FP16", False),),
+        params=NUMERICS_PROBE_PARAMS,
+        threads=256,
+        smem_bytes=0,
+        grid=StrideGrid(256),
+    )

@@ -1,8 +1,19 @@
-"""What a kernel is to everything after its config: the kernel spec."""
+"""What a kernel is to everything after its config: the kernel spec.
+
+A config (``quantize.py``, ``dequantize.py``, ``global_scale.py``) validates
+the parameters a user may choose; its ``spec`` says what those parameters
+make of the kernel: the template to render, the constants and feature flags
+written ahead of it, the ordered kernel parameters (from which one builder
+packs every launch's argument block), the threads, the dynamic shared memory
+and the rule that sizes the grid. Rendering, loading and launching read the
+spec, never the config class.
+"""
 
 from __future__ import annotations
 
 import enum
+import math
+from dataclasses import dataclass
 
 MAX_BOX_DIM = 256  # TMA: elements per box dimension
 
@@ -14,3 +25,98 @@ class Swizzle(enum.IntEnum):
     B32 = 32
     B64 = 64
     B128 = 128
+
+
+# Kernel parameter kinds and how a launch stores them: a tensor map is passed by
+# the address of its 128-byte storage (the driver copies it); every other kind is
+# a scalar in the argument block, in the struct format given here.
+PARAM_FORMATS = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f"}
+PARAM_KINDS = ("map", *PARAM_FORMATS)
+
+# The C type each kind is declared with in the templates' extern "C" signatures.
+PARAM_C_TYPES = {
+    "map": ("TensorMap",),
+    "ptr": ("u8*", "u16*", "u32*", "float*"),
+    "i32": ("i32",),
+    "i64": ("i64",),
+    "f32": ("float",),
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"Param kind must be one of {PARAM_KINDS}, got {self.kind!r}")
+
+
+def params(*pairs: tuple[str, str]) -> tuple[Param, ...]:
+    return tuple(Param(name, kind) for name, kind in pairs)
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """One CTA per ``tile_m x tile_k`` tile. A persistent kernel launches no more
+    CTAs than fit on the device at once, and those take the remaining tiles from
+    a counter (the dynamic tile order)."""
+
+    tile_m: int
+    tile_k: int
+    persistent: bool
+
+    def size(self, rows: int, cols: int, sm_count: int, ctas_per_sm: int) -> tuple[int, bool]:
+        """``(grid, dynamic)``: the CTAs to launch and whether they share tiles out."""
+        tiles = math.ceil(rows / self.tile_m) * math.ceil(cols / self.tile_k)
+        grid = min(tiles, sm_count * ctas_per_sm) if self.persistent else tiles
+        return grid, grid < tiles
+
+
+@dataclass(frozen=True)
+class StrideGrid:
+    """A grid-stride loop over work items: enough CTAs for ``items_per_cta`` items
+    each, at most ``waves`` rounds of the CTAs that fit on the device (counting at
+    most ``max_ctas_per_sm`` per SM when given)."""
+
+    items_per_cta: int
+    waves: int = 1
+    max_ctas_per_sm: int | None = None
+
+    def size(self, items: int, sm_count: int, ctas_per_sm: int) -> int:
+        resident = ctas_per_sm if self.max_ctas_per_sm is None else min(ctas_per_sm, self.max_ctas_per_sm)
+        return max(1, min(math.ceil(items / self.items_per_cta), sm_count * resident * self.waves))
+
+
+@dataclass(frozen=True)
+class MapBox:
+    """The config's half of a tensor-map parameter: box (innermost first), element
+    size, swizzle and L2 promotion. The call supplies address, dims and strides."""
+
+    param: str
+    element_bytes: int
+    box: tuple[int, ...]
+    swizzle: Swizzle = Swizzle.NONE
+    l2_promotion: int = 0
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel binary and how to launch it.
+
+    ``constants`` are written as ``constexpr int`` and ``flags`` as feature
+    flags ahead of ``template``; ``params`` is the kernel's parameter list in
+    order, which must match the template's ``extern "C"`` signature.
+    """
+
+    name: str
+    template: str
+    arch: str
+    constants: tuple[tuple[str, int], ...]
+    flags: tuple[tuple[str, bool], ...]
+    params: tuple[Param, ...]
+    threads: int
+    smem_bytes: int
+    grid: TileGrid | StrideGrid
+    maps: tuple[MapBox, ...] = ()

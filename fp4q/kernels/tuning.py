@@ -11,7 +11,6 @@ import pathlib
 from .archs import target
 from .rules import ConfigError
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
-from .spec import Swizzle
 
 M_BUCKETS = (16, 128, 1024, 4096)  # upper bounds; larger M is the last class
 K_BUCKETS = (2048, 4096, 8192)
@@ -27,6 +26,13 @@ def _bucket(value: int, bounds: tuple[int, ...]) -> str:
 def shape_class(m: int, k: int) -> str:
     """The tuned table's key for an ``m x k`` input."""
     return f"m{_bucket(m, M_BUCKETS)},k{_bucket(k, K_BUCKETS)}"
+
+
+def _labels(bounds: tuple[int, ...]) -> list[str]:
+    return [f"<={bound}" for bound in bounds] + [f">{bounds[-1]}"]
+
+
+SHAPE_CLASSES = frozenset(f"m{m},k{k}" for m in _labels(M_BUCKETS) for k in _labels(K_BUCKETS))
 
 
 def table_path(arch: str) -> pathlib.Path:
@@ -48,19 +54,28 @@ def _table_json(arch: str) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _entry_config(arch: str, cls: str, entry) -> QuantizeConfig:
+    if cls not in SHAPE_CLASSES:
+        raise ConfigError(f"not a shape class (one of {', '.join(sorted(SHAPE_CLASSES))})")
+    if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+        raise ConfigError("the entry has no \"config\" object")
+    return QuantizeConfig(arch=arch, **entry["config"])
+
+
 @functools.lru_cache(maxsize=None)
 def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
-    """The shipped table for ``arch`` as configs per shape class (empty if none)."""
+    """The shipped table for ``arch`` as configs per shape class (empty if none).
+
+    The table ships with the package, so an entry that does not build a config
+    is a packaging bug: it raises ``ConfigError`` naming the file, the entry
+    and the reason, instead of leaving its shapes to the heuristic unnoticed.
+    """
     table = {}
     for cls, entry in _table_json(arch).get("entries", {}).items():
-        fields = dict(entry["config"])
         try:
-            for name in ("input_swizzle", "output_swizzle"):
-                if name in fields:
-                    fields[name] = Swizzle(fields[name])
-            table[cls] = QuantizeConfig(arch=arch, **fields)
-        except (ConfigError, TypeError, ValueError):
-            continue  # an entry this version cannot build: fall back to the heuristic
+            table[cls] = _entry_config(arch, cls, entry)
+        except (TypeError, ValueError) as exc:  # ConfigError is a ValueError; unknown fields are a TypeError
+            raise ConfigError(f"{table_path(arch)}: entry {cls!r}: {exc}") from exc
     return table
 
 
@@ -78,4 +93,4 @@ def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeC
         return SimtConfig(threads=VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size, arch=arch)
     if sf_vec_size == 32:
         return default_mx_config(arch)
-    return tuned_table(arch).get(shape_class(m, k)) or default_config(m, k, arch)
+    return tuned_table(arch).get(shape_class(m, k)) or default_config(arch)

@@ -149,7 +149,7 @@ def default_variants(arch: str) -> dict[str, QuantizeConfig]:
     """The TMA configs chosen for ``arch`` when its tuned table has no entry (none without TMA)."""
     if not target(arch).features.tma:
         return {}
-    return {"default": default_config(1, 1, arch), "mx_default": default_mx_config(arch)}
+    return {"default": default_config(arch), "mx_default": default_mx_config(arch)}
 
 
 def _call_variants(name: str, cfg) -> dict:

@@ -1,73 +1,43 @@
-"""The public entry points: validate the call, choose a kernel, launch it.
+"""``quantize_nvfp4`` and ``quantize_mxfp4``: the call's rules, the kernel choice, the launch.
 
-A call first tries its stored plan (``plans.py``), which re-checks only what
-varies between calls of one kind; a call without a plan, or one that fails
-any of those checks, takes the checked path, which runs every check in the
-documented order and stores the plan for the next call.
+Every call runs the rules in the documented order (``x``, ``tensor_sf``,
+``stream``, ``out``, ``sf_out``, ``pdl``, ``config``); the rules on ``x``
+run once per kind of call, whose plan then keeps the view they produced.
+The kernel (TMA, vector or plain) is chosen once per plan, pointer
+alignment and tensor-scale mode.
 """
 
 from __future__ import annotations
 
-import functools
+import math
+import threading
 from dataclasses import dataclass
 
-import numpy as np
-
-from . import arrays
 from ..cuda import driver
-from . import plans
-from .arrays import (
-    TENSOR_SF_MAX,
-    TENSOR_SF_MIN,
-    InputView,
-    TensorScale,
-    as_input,
-    as_tensor_sf,
-    empty_on,
-    output,
-    sf_shape,
-    stream_handle,
-)
-from ..kernels.quantize import QuantizeConfig, SF_LAYOUTS, SimtConfig
-from .global_scale import global_scale
 from ..jit.loader import get_kernel
-from .plans import SimtLauncher, TmaLauncher
-from ..cuda.tma import TensorMapCache
+from ..kernels.quantize import SF_LAYOUTS, QuantizeConfig, SimtConfig
 from ..kernels.tuning import choose_config
-
-_MAX_ROWS = 2**31 - 1
-
-
-def tensor_map_cache() -> TensorMapCache:
-    """The encoded tensor maps shared by every plan (``plans.tensor_maps``)."""
-    return plans.tensor_maps
-
-
-def _alignment_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
-    """Why neither the TMA nor the vector kernel can serve this call's pointers, or None.
-
-    The same 16-byte rule for both kernels, which is what a stored plan keys its
-    launchers on (plans.Plan.aligned)."""
-    if view.ptr % 16:
-        return f"x's base address {view.ptr:#x} is not 16-byte aligned"
-    if (view.row_stride * 2) % 16:
-        return f"x's row stride of {view.row_stride * 2} bytes is not a multiple of 16"
-    if q.data.ptr % 16:
-        return f"out's base address {q.data.ptr:#x} is not 16-byte aligned"
-    if sf_layout == "swizzled" and sf.data.ptr % 16:
-        return f"sf_out's base address {sf.data.ptr:#x} is not 16-byte aligned"
-    return None
-
-
-def _tma_obstacle(view: InputView, q, sf, sf_layout: str) -> str | None:
-    """Why the TMA kernel cannot serve this call, or None when it can."""
-    if view.cols % 32:
-        return f"K={view.cols} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
-    return _alignment_obstacle(view, q, sf, sf_layout)
+from .arrays import (
+    INPUT_DTYPES,
+    NO_TENSOR_SCALE,
+    Q_DTYPES,
+    SF_DTYPES,
+    RowsView,
+    as_operand,
+    check_choice,
+    check_pdl,
+    rows_view,
+    sf_shape,
+    tensor_scale,
+)
+from .global_scale import global_scale
+from .outputs import cupy_outputs, output
+from .plans import KernelLaunch, plans
+from .streams import stream_handle
 
 
 @dataclass(frozen=True)
-class _Format:
+class Format:
     """What a public function quantizes to: NVFP4 (groups of 16, e4m3 scales, a
     tensor scale) or MXFP4 (groups of 32, e8m0 scales rounded by ``mx_mode``)."""
 
@@ -75,27 +45,35 @@ class _Format:
     sf_vec_size: int
     mx_mode: str = "rceil"
 
-
-NVFP4 = _Format("quantize_nvfp4", 16)
-
-
-@functools.lru_cache(maxsize=1024, typed=True)
-def _replaced(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str, mx_mode: str):
-    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch,
-                          mx_mode=mx_mode)
+    @property
+    def sf_role(self) -> str:
+        return f"sf{self.sf_vec_size}"
 
 
-def _for_call(config, sf_layout: str, tensor_sf_mode: str, input_dtype: str, arch: str, mx_mode: str):
-    """``config.replace(...)`` with a call's fields. Memoized by value and type for the two
-    config classes themselves: they are frozen and validated on construction, so equal inputs
-    give an equal, valid config (or the same ConfigError, which is not memoized)."""
-    if type(config) is QuantizeConfig or type(config) is SimtConfig:
-        return _replaced(config, sf_layout, tensor_sf_mode, input_dtype, arch, mx_mode)
-    return config.replace(sf_layout=sf_layout, tensor_sf_mode=tensor_sf_mode, input_dtype=input_dtype, arch=arch,
-                          mx_mode=mx_mode)
+NVFP4 = Format("quantize_nvfp4", 16)
+MXFP4 = {mode: Format("quantize_mxfp4", 32, mode) for mode in ("rceil", "floor")}
+_INPUT_WHAT = "bfloat16 or float16 values (uint16 holds bf16 bits)"
 
 
-def _check_config_type(config, fmt: _Format) -> None:
+class _Plan:
+    __slots__ = ("config", "view", "q_shape", "sf_shape", "swizzled", "rows_aligned", "launches", "lock")
+
+    def __init__(self, config, view: RowsView, fmt: Format, sf_layout: str) -> None:
+        self.config = config  # the caller's object (or None): keeps its id unique while the plan is stored
+        self.view = view
+        self.q_shape = view.lead_shape + (view.width // 2,)
+        self.sf_shape = sf_shape(view.lead_shape, view.rows, view.width // fmt.sf_vec_size, sf_layout)
+        self.swizzled = sf_layout == "swizzled"
+        self.rows_aligned = (view.row_stride * view.itemsize) % 16 == 0
+        self.launches: dict[tuple, KernelLaunch] = {}
+        self.lock = threading.Lock()
+
+
+def input_view(xa, fmt: Format) -> RowsView:
+    return rows_view(xa, "x", INPUT_DTYPES, _INPUT_WHAT, 1, fmt.sf_vec_size, f" for {fmt.name}")
+
+
+def check_config_type(config, fmt: Format) -> None:
     if config is not None and not isinstance(config, (QuantizeConfig, SimtConfig)):
         raise TypeError(f"config must be None, a QuantizeConfig or a SimtConfig, got {type(config).__name__}")
     if config is not None and config.sf_vec_size != fmt.sf_vec_size:
@@ -105,28 +83,96 @@ def _check_config_type(config, fmt: _Format) -> None:
         )
 
 
-def _resolve_config(config, view: InputView, q, sf, sf_layout: str, tensor_sf_mode: str, arch: str,
-                    fmt: _Format = NVFP4):
-    call = (sf_layout, tensor_sf_mode, view.dtype, arch, fmt.mx_mode)
-    _check_config_type(config, fmt)
+def alignment_obstacle(view: RowsView, x_ptr: int, q_ptr: int, sf_ptr: int, swizzled: bool) -> str | None:
+    """Why neither the TMA nor the vector kernel can serve these pointers, or None."""
+    if x_ptr % 16:
+        return f"x's base address {x_ptr:#x} is not 16-byte aligned"
+    if (view.row_stride * view.itemsize) % 16:
+        return f"x's row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
+    if q_ptr % 16:
+        return f"out's base address {q_ptr:#x} is not 16-byte aligned"
+    if swizzled and sf_ptr % 16:
+        return f"sf_out's base address {sf_ptr:#x} is not 16-byte aligned"
+    return None
+
+
+def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode: str, arch: str, fmt: Format):
+    """The config a call launches: the caller's (checked against what it needs) or the
+    tuned choice, with the call's layout, scale mode, dtype and target."""
+    call = dict(sf_layout=sf_layout, tensor_sf_mode=mode, input_dtype=INPUT_DTYPES[view.dtype], arch=arch,
+                mx_mode=fmt.mx_mode)
+    obstacle = alignment_obstacle(view, *pointers, sf_layout == "swizzled")
     if isinstance(config, SimtConfig):
-        if config.vector:
-            obstacle = _alignment_obstacle(view, q, sf, sf_layout)
-            if obstacle is not None:
-                raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
-                                 f"{obstacle}")
-        return _for_call(config, *call)
+        if config.vector and obstacle is not None:
+            raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
+                             f"{obstacle}")
+        return config.replace(**call)
     if isinstance(config, QuantizeConfig):
-        obstacle = _tma_obstacle(view, q, sf, sf_layout)
+        if view.width % 32:
+            obstacle = f"K={view.width} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
         if obstacle is not None:
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
-        return _for_call(config, *call)
-    if _alignment_obstacle(view, q, sf, sf_layout) is not None:
-        return _for_call(SimtConfig(sf_vec_size=fmt.sf_vec_size), *call)
-    chosen = choose_config(view.rows, view.cols, arch, fmt.sf_vec_size)
-    if isinstance(chosen, QuantizeConfig) and view.cols % 32:
+        return config.replace(**call)
+    if obstacle is not None:
+        return SimtConfig(sf_vec_size=fmt.sf_vec_size, **call)
+    chosen = choose_config(view.rows, view.width, arch, fmt.sf_vec_size)
+    if isinstance(chosen, QuantizeConfig) and view.width % 32:
         chosen = SimtConfig(sf_vec_size=fmt.sf_vec_size, vector=True)
-    return _for_call(chosen, *call)
+    return chosen.replace(**call)
+
+
+def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
+    kernel = get_kernel(cfg.spec, dev.ordinal)
+    rows, cols = view.rows, view.width
+    if isinstance(cfg, SimtConfig):
+        grid = cfg.spec.grid.size(cfg.work_items(rows, cols, swizzled), dev.sm_count, kernel.ctas_per_sm)
+        return KernelLaunch(cfg, kernel, grid)
+    grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
+    k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
+    map_shapes = (
+        ("x", (cols, rows), (view.row_stride * view.itemsize,)),
+        ("out", (cols // 2, rows), (cols // 2,)),
+        ("sf_out", (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks)) if swizzled else 1,
+    )
+    return KernelLaunch(cfg, kernel, grid, dynamic, map_shapes)
+
+
+def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, outputs=cupy_outputs):
+    """The call path of both quantize functions; ``outputs`` allocates what the caller did not pass."""
+    check_choice("sf_layout", sf_layout, SF_LAYOUTS)
+    xa = as_operand(x, "x")
+    key = ("quantize", fmt, xa.shape, xa.strides, xa.dtype, xa.device, sf_layout, id(config))
+    plan = plans.get(key)
+    if plan is None or plan.config is not config:
+        plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
+    view = plan.view
+    scale = tensor_scale(tensor_sf, view.device) if fmt.sf_vec_size == 16 else NO_TENSOR_SCALE
+    handle = stream_handle(stream, xa)
+    x_span = view.span(xa.ptr)
+    q = output(out, "out", plan.q_shape, Q_DTYPES, view.device, (("x", x_span),), outputs, "q", handle)
+    sf = output(sf_out, "sf_out", plan.sf_shape, SF_DTYPES[fmt.sf_vec_size], view.device,
+                (("x", x_span), ("out", (q.ptr, q.ptr + q.nbytes))), outputs, fmt.sf_role, handle)
+    check_pdl(pdl)
+    check_config_type(config, fmt)
+    if view.empty:
+        return q.obj, sf.obj
+    aligned = plan.rows_aligned and not ((xa.ptr | q.ptr | (sf.ptr if plan.swizzled else 0)) & 15)
+    launch = plan.launches.get((scale.mode, aligned))
+    if launch is None:
+        dev = driver.device(view.device)
+        cfg = resolve_config(config, view, (xa.ptr, q.ptr, sf.ptr), sf_layout, scale.mode, dev.arch, fmt)
+        launch = _kernel_launch(cfg, view, plan.swizzled, dev)
+        with plan.lock:
+            plan.launches[(scale.mode, aligned)] = launch
+    args = {"tensor_sf_value": scale.value, "tensor_sf_ptr": scale.ptr, "rows": view.rows, "cols": view.width}
+    if launch.kernel.spec.maps:
+        args["sf_linear"] = 0 if plan.swizzled else sf.ptr
+        args["tickets"] = launch.tickets(handle)
+        launch(handle, pdl, args, (xa.ptr, q.ptr, sf.ptr))
+    else:
+        args.update(x=xa.ptr, x_row_stride=view.row_stride, q=q.ptr, sf=sf.ptr)
+        launch(handle, pdl, args)
+    return q.obj, sf.obj
 
 
 def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None, pdl=True):
@@ -135,24 +181,22 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     Returns ``(q, sf)``: ``q`` uint8 ``(..., K // 2)`` packed e2m1 pairs and
     ``sf`` uint8 e4m3 scales, ``(ceil(M/128), ceil(K/64), 32, 4, 4)`` when
     ``sf_layout="swizzled"`` (the 128x4 GEMM layout) or ``(..., K // 16)``
-    when ``"linear"``. ``tensor_sf`` is a float (passed by value) or a
-    device float32 scalar (read by the kernel: no host sync, graph-safe).
-    The work is queued on ``stream`` (default: CuPy's current stream).
+    when ``"linear"``; a 1-D ``x`` of shape ``(K,)`` is one row. ``tensor_sf``
+    is a float (passed by value) or a device float32 scalar (read by the
+    kernel: no host sync, graph-safe). The work is queued on ``stream``
+    (default: torch's current stream for a torch ``x``, else CuPy's).
 
     ``tensor_sf="dynamic"`` computes the tensor scale on the device first
     (``fp4q.global_scale(x)``: the same stream, chained with PDL, no host
     sync) and returns the 3-tuple ``(q, sf, tensor_sf_device)``, the last a
     float32 device scalar of shape ``()`` (what ``dequantize_nvfp4`` takes).
     """
-    if sf_layout not in SF_LAYOUTS:
-        raise ValueError(f"sf_layout must be 'swizzled' or 'linear', got {sf_layout!r}")
-    if isinstance(tensor_sf, str):
+    if type(tensor_sf) is str:
         if tensor_sf != "dynamic":
             raise ValueError(f"tensor_sf must be a float, a device float32 scalar or 'dynamic', got {tensor_sf!r}")
         scale = global_scale(x, stream=stream, pdl=pdl)
-        kwargs = dict(sf_layout=sf_layout, out=out, sf_out=sf_out, stream=stream, config=config, pdl=pdl)
-        return (*quantize_nvfp4(x, scale, **kwargs), scale)
-    return _quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4)
+        return (*quantize(x, scale, sf_layout, out, sf_out, stream, config, pdl, NVFP4), scale)
+    return quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4)
 
 
 def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None,
@@ -167,148 +211,29 @@ def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=No
     ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled, the same 128x4 layout
     with ``G = K // 32``) or ``(..., K // 32)`` (linear). No tensor scale.
     """
-    if mode not in _MX_FORMATS:
-        raise ValueError(f"mode must be 'rceil' or 'floor', got {mode!r}")
-    if sf_layout not in SF_LAYOUTS:
-        raise ValueError(f"sf_layout must be 'swizzled' or 'linear', got {sf_layout!r}")
-    return _quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, _MX_FORMATS[mode])
+    check_choice("mode", mode, tuple(MXFP4))
+    return quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, MXFP4[mode])
 
 
-_MX_FORMATS = {mode: _Format("quantize_mxfp4", 32, mode) for mode in ("rceil", "floor")}
-_NO_TENSOR_SCALE = TensorScale("value", 0.0, 0, None)
-
-
-def _quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format):
-    cupy = arrays._cupy()
-    if type(x) is not cupy.ndarray:
-        x = arrays._as_cupy(x, "x")  # as_input's first step, with its errors
-    done = _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt)
-    if done is not None:
-        return done
-    return _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt)
-
-
-def _checked_call(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format = NVFP4):
-    """Every check in order, each failure with its own message; then launch and store the call's plan."""
-    view = as_input(x)
-    if view.cols % fmt.sf_vec_size:
-        raise ValueError(f"K (the last dimension of x) must be a multiple of {fmt.sf_vec_size} for "
-                         f"{fmt.name}, got {view.cols}")
-    if view.rows > _MAX_ROWS:
-        raise ValueError(f"x has {view.rows} rows; at most {_MAX_ROWS} are supported")
-    scale = as_tensor_sf(tensor_sf, view.device) if fmt.sf_vec_size == 16 else _NO_TENSOR_SCALE
-    handle = stream_handle(stream, view.device)
-    alloc_stream = None if stream is None else handle
-    groups = view.cols // fmt.sf_vec_size
-    q = output(out, "out", view.lead_shape + (view.cols // 2,), view, stream=alloc_stream)
-    sf = output(sf_out, "sf_out", sf_shape(view.lead_shape, view.rows, groups, sf_layout), view, (("out", q),),
-                stream=alloc_stream)
-    if not isinstance(pdl, bool):
-        raise TypeError(f"pdl must be a bool, got {pdl!r}")
-    _check_config_type(config, fmt)
-    plan = _plan_for(view, q, sf, sf_layout, scale.mode, config, fmt)
-    if view.rows == 0 or view.cols == 0:
-        return q, sf
-    dev = driver.device(view.device)
-    cfg = _resolve_config(config, view, q, sf, sf_layout, scale.mode, dev.arch, fmt)
-    kernel = get_kernel(cfg, dev.ordinal)
-    aligned = plan.aligned(view.ptr, q.data.ptr, sf.data.ptr) if plan is not None else None
-    launcher = plan.launchers[aligned] if plan is not None else None
-    if launcher is None or launcher.kernel is not kernel:
-        launcher_type = TmaLauncher if isinstance(cfg, QuantizeConfig) else SimtLauncher
-        launcher = launcher_type(cfg, kernel, view.rows, view.cols, view.row_stride, sf_layout == "swizzled")
-        if plan is not None:
-            plan.launchers[aligned] = launcher
-    launcher(view.ptr, q.data.ptr, sf.data.ptr, scale.value, scale.ptr, handle, pdl)
-    return q, sf
-
-
-def _plan_for(view: InputView, q, sf, sf_layout: str, mode: str, config, fmt: _Format) -> plans.Plan | None:
-    """The stored plan for this (fully checked) call, made if missing; None where calls of this kind
-    never take the planned path."""
-    arr = view.array
-    if type(arr) is not arrays._cupy().ndarray or type(sf_layout) is not str:
+def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,
+               config=None):
+    """The config (``QuantizeConfig`` or ``SimtConfig``) that ``quantize_nvfp4`` (``fmt="nvfp4"``)
+    or ``quantize_mxfp4`` (``fmt="mxfp4"``) with these arguments would launch on ``x``'s
+    device; ``None`` for an empty ``x``. Outputs it would allocate count as aligned."""
+    check_choice("fmt", fmt, ("nvfp4", "mxfp4"))
+    check_choice("sf_layout", sf_layout, SF_LAYOUTS)
+    if fmt == "mxfp4":
+        check_choice("mode", mode, tuple(MXFP4))
+    spec_format = NVFP4 if fmt == "nvfp4" else MXFP4[mode]
+    view = input_view(as_operand(x, "x"), spec_format)
+    scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
+    check_config_type(config, spec_format)
+    if view.empty:
         return None
-    key = plans.plan_key(arr, view.device, sf_layout, mode, config, fmt)
-    plan = plans.lookup(key)
-    if plan is None or plan.config is not config:
-        plan = plans.remember(key, plans.Plan(config, view, q.shape, sf.shape, sf_layout))
-    return plan
+    pointers = [as_operand(x, "x").ptr, 0, 0]
+    for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
+        if buf is not None:
+            pointers[i] = as_operand(buf, name).ptr
+    arch = driver.device(view.device).arch
+    return resolve_config(config, view, tuple(pointers), sf_layout, scale.mode, arch, spec_format)
 
-
-# tensor_sf types whose float32 rounding the argument packing reproduces exactly
-# (a C double -> float cast, as numpy's), and the int range that converts to a
-# double exactly (so to float32 with one rounding).
-_FLOAT_TYPES = frozenset({float, np.float64, np.float32, np.float16})
-_EXACT_INT = 2**53
-_F32 = np.dtype(np.float32)
-_U8 = np.dtype(np.uint8)
-
-
-def _planned_output(cupy, buf, shape, dev: int, alloc_stream):
-    """A new output, or the caller's buffer when it passes arrays.output's type, dtype, shape,
-    device and contiguity rules; None sends the call to the checked path."""
-    if buf is None:
-        return empty_on(shape, _U8, dev, alloc_stream)
-    if (type(buf) is cupy.ndarray and buf.dtype == _U8 and buf.shape == shape and buf.data.device_id == dev
-            and buf.flags.c_contiguous):
-        return buf
-    return None
-
-
-def _planned_call(cupy, x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: _Format):
-    """The call through its stored plan, or None when the checked path must take it.
-
-    Runs only where the stored plan proves the checks on ``x``, the config
-    and the kernel already passed; the checks that depend on this call's
-    values are repeated here, and any that would fail sends the call to the
-    checked path, which raises the message in the documented order.
-    """
-    if type(sf_layout) is not str or (pdl is not True and pdl is not False):
-        return None
-    data = x.data
-    dev = data.device_id
-    kind = type(tensor_sf)
-    if fmt.sf_vec_size == 32:
-        mode, value, scale_ptr = "value", 0.0, 0  # MXFP4: no tensor scale
-    elif kind in _FLOAT_TYPES or (kind is int and -_EXACT_INT <= tensor_sf <= _EXACT_INT):
-        value = float(tensor_sf)  # exact for these types; compared as a double, not in numpy's float16
-        # float32 rounding is monotonic and both bounds are float32 values, so a value in range
-        # rounds into range; one just outside that would round into it takes the checked path.
-        if not TENSOR_SF_MIN <= value <= TENSOR_SF_MAX:  # also rejects nan and inf
-            return None
-        mode, scale_ptr = "value", 0  # packed as a C float, so rounded as np.float32 rounds it
-    elif kind is cupy.ndarray:
-        if not (tensor_sf.dtype == _F32 and tensor_sf.size == 1 and tensor_sf.ndim <= 1
-                and tensor_sf.data.device_id == dev):
-            return None
-        mode, value, scale_ptr = "pointer", 0.0, tensor_sf.data.ptr
-    else:
-        return None
-    plan = plans._plans.get((x.shape, x.strides, x.dtype, dev, sf_layout, mode, id(config), fmt))  # plans.plan_key
-    if plan is None or plan.config is not config:
-        return None
-    handle = cupy.cuda.get_current_stream(dev).ptr if stream is None else stream_handle(stream, dev)
-    alloc_stream = None if stream is None else handle
-    x_ptr = data.ptr
-    x_end = x_ptr + plan.x_span
-    q = _planned_output(cupy, out, plan.q_shape, dev, alloc_stream)
-    sf = _planned_output(cupy, sf_out, plan.sf_shape, dev, alloc_stream)
-    if q is None or sf is None:
-        return None
-    q_ptr, q_size = q.data.ptr, plan.q_size
-    sf_ptr, sf_size = sf.data.ptr, plan.sf_size
-    # arrays.output's aliasing rules: a non-empty output overlaps neither x nor the other output.
-    if q_size and q_ptr < x_end and x_ptr < q_ptr + q_size:
-        return None
-    if sf_size and ((sf_ptr < x_end and x_ptr < sf_ptr + sf_size)
-                    or (q_size and sf_ptr < q_ptr + q_size and q_ptr < sf_ptr + sf_size)):
-        return None
-    if plan.empty:
-        return q, sf
-    aligned = not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)  # Plan.aligned
-    launcher = plan.launchers[aligned]
-    if launcher is None:
-        return None
-    launcher(x_ptr, q_ptr, sf_ptr, value, scale_ptr, handle, pdl)
-    return q, sf

@@ -7,9 +7,18 @@
 // each tile into e2m1 codes and e4m3 scales in shared memory and one of them
 // TMA-stores the result. The grid is persistent when launched with fewer
 // CTAs than tiles, so the ring runs across tiles, in the order next_tile()
-// gives. The constants before the #include come from the config.
-#include "fp4_math.cuh"
-#include "tma_ring.cuh"
+// gives. The constants before the #includes come from the config.
+#include "layout/scale_layout.cuh"
+#include "layout/tma_swizzle.cuh"
+#include "numerics/quantize_chunk64.cuh"
+#include "numerics/tensor_scale.cuh"
+#include "pipeline/tile_order.cuh"
+#include "pipeline/tma_ring.cuh"
+#include "ptx/bulk_group.cuh"
+#include "ptx/griddepcontrol.cuh"
+#include "ptx/setmaxnreg.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
 
 constexpr int THREADS = 128 + CONSUMER_THREADS;
 constexpr int CHUNKS_K = TILE_K / 64;
@@ -28,18 +37,8 @@ constexpr u32 CONSUMER_BARRIER = 1;
 static_assert(TILE_M * CHUNKS_K % CONSUMER_THREADS == 0, "consumers must split a tile evenly");
 static_assert(TILE_K % IN_BOX_K == 0 && (TILE_K / 2) % OUT_BOX_K == 0, "boxes must tile the tile");
 
-// TMA's shared-memory swizzle: the 16-byte chunk index (address bits 4..6)
-// is XORed with address bits 7..9, as many bits as the mode spans.
-template <int SWIZZLE_BYTES>
-FP4Q_DEVICE u32 swizzle(u32 offset) {
-    if constexpr (SWIZZLE_BYTES == 0) {
-        return offset;
-    } else {
-        constexpr u32 mask = SWIZZLE_BYTES / 16 - 1;
-        return offset ^ (((offset >> 7) & mask) << 4);
-    }
-}
-
+// Byte offsets of (row, element column) in an input stage and of (row,
+// byte column) in an output tile, both laid out as TMA boxes.
 FP4Q_DEVICE u32 in_offset(int row, int col) {
     return (col / IN_BOX_K) * IN_BOX_BYTES +
            swizzle<IN_SWIZZLE>(row * (IN_BOX_K * 2) + (col % IN_BOX_K) * 2);
@@ -51,11 +50,9 @@ FP4Q_DEVICE u32 q_offset(int row, int byte_col) {
 }
 
 // Where the scale bytes of (row, 64-column chunk) sit inside the tile's
-// slice of the 128x4 layout: 512-byte blocks of 128 rows x 4 groups.
+// slice of the 128x4 layout.
 FP4Q_DEVICE u32 sf_offset(int row, int chunk) {
-    constexpr int BLOCKS_K = TILE_K / SF_BLOCK_K;
-    const int group = chunk * SF_PER_CHUNK;
-    return ((row / 128) * BLOCKS_K + group / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + group % 4;
+    return sf_128x4_offset<SF_PER_CHUNK, int>(row, TILE_K / SF_BLOCK_K, chunk);
 }
 
 // Bytes of a scale word that belong to real groups; padding stays 0x00 even
@@ -84,6 +81,8 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
 
     if (threadIdx.x < 128) {
+// A preprocessor guard: PRODUCER_REGS and CONSUMER_REGS are only rendered
+// when the config moves registers.
 #if FP4Q_SETMAXNREG
         setmaxnreg_dec<PRODUCER_REGS>();
 #endif
@@ -121,9 +120,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     if (ctid == 0) {
         prefetch_tensormap(&q_map);
-#if FP4Q_SF_SWIZZLED
-        prefetch_tensormap(&sf_map);
-#endif
+        if constexpr (FP4Q_SF_SWIZZLED) prefetch_tensormap(&sf_map);
     }
 
     for (int i = 0;; ++i) {
@@ -133,9 +130,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
         const int m0 = tile_m0(tiles, tile);
         const int k0 = tile_k0(tiles, tile);
         u8* q_tile = smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
-#if FP4Q_SF_SWIZZLED
-        u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;
-#endif
+        u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;  // swizzled layout only
 
         const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
@@ -155,21 +150,19 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             const int row = m0 + r;
             const int group = k0 / SF_VEC + c * SF_PER_CHUNK;
             const u32 sf = out.sf & valid_sf_mask(row, rows, group, groups);
-#if FP4Q_SF_SWIZZLED
-            if constexpr (SF_PER_CHUNK == 4) {
-                st_shared_u32(sf_tile + sf_offset(r, c), sf);
-            } else {
-                st_shared_u16(sf_tile + sf_offset(r, c), static_cast<u16>(sf));
-            }
-#else
-            if (row < rows) {
+            if constexpr (FP4Q_SF_SWIZZLED) {
+                if constexpr (SF_PER_CHUNK == 4) {
+                    st_shared_u32(sf_tile + sf_offset(r, c), sf);
+                } else {
+                    st_shared_u16(sf_tile + sf_offset(r, c), static_cast<u16>(sf));
+                }
+            } else if (row < rows) {
                 u8* dst = sf_linear + static_cast<i64>(row) * groups + group;
 #pragma unroll
                 for (int b = 0; b < SF_PER_CHUNK; ++b) {
                     if (group + b < groups) dst[b] = static_cast<u8>(sf >> (8 * b));
                 }
             }
-#endif
         }
         ring_release(ring, stage);
         fence_proxy_async_shared_cta();
@@ -185,9 +178,9 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                 cp_async_bulk_tensor_2d_shared_to_global(&q_map, k0 / 2 + b * OUT_BOX_K, m0,
                                                          q_tile + b * OUT_BOX_BYTES);
             }
-#if FP4Q_SF_SWIZZLED
-            cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
-#endif
+            if constexpr (FP4Q_SF_SWIZZLED) {
+                cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
+            }
             cp_async_bulk_commit_group();
         }
     }

@@ -1,7 +1,12 @@
 // What the two SIMT quantize kernels (vector and plain) share: one launch
 // ABI, which plans.SimtLauncher packs, and one prologue.
 #pragma once
-#include "fp4_math.cuh"
+#include "layout/scale_layout.cuh"
+#include "numerics/amax.cuh"
+#include "numerics/quantize_group.cuh"
+#include "numerics/tensor_scale.cuh"
+#include "ptx/global_memory.cuh"
+#include "ptx/griddepcontrol.cuh"
 
 #define FP4Q_SIMT_QUANTIZE_PARAMS                                                            \
     const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf, \

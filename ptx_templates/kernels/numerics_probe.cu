@@ -1,9 +1,10 @@
-// Test probe: runs the numerics header on raw float32 inputs so the GPU
+// Test probe: runs the numerics headers on raw float32 inputs so the GPU
 // tests can compare each step with the reference bit for bit.
 // Per eight floats: one word of e2m1 codes (each value multiplied by 1.0
 // first, as the kernels always convert products); per pair of amax values:
 // the two e4m3 scale bytes and the two inverse scales. `pairs` is a multiple of 4.
-#include "fp4_math.cuh"
+#include "numerics/e2m1.cuh"
+#include "numerics/e4m3.cuh"
 
 extern "C" __global__ void fp4q_numerics_probe(const float* __restrict__ v, u32* __restrict__ codes,
                                                const float* __restrict__ amax, u16* __restrict__ sf,

@@ -5,9 +5,9 @@
 // Each thread quantizes 8 consecutive elements; the SF_VEC / 8 threads of a
 // group sit in adjacent lanes and agree on its amax through butterfly
 // shuffles. Needs x rows and the outputs 16-byte aligned. Same numerics
-// header as the other kernels, so the same bits.
-#include "simt_quantize.cuh"
-#include "sf_layout.cuh"
+// headers as the other kernels, so the same bits.
+#include "kernels/simt_quantize.cuh"
+#include "ptx/sync.cuh"
 
 constexpr int THREADS_PER_GROUP = SF_VEC / 8;
 
@@ -44,15 +44,15 @@ fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
             sf[sf_index(m, j, groups)] = static_cast<u8>(live ? sf_byte : 0u);
         }
     }
-#if FP4Q_SF_SWIZZLED
-    // Rows from `rows` up to the next multiple of 128 hold zero scales: four
-    // groups of one row are one aligned word of the swizzled layout.
-    const int words_per_row = domain_groups / 4;
-    const i64 pad_words = (sf_domain_rows(rows) - rows) * words_per_row;
-    for (i64 i = first; i < pad_words; i += stride) {
-        const i64 m = rows + i / words_per_row;
-        const int j = static_cast<int>(i % words_per_row) * 4;
-        st_global_u32(sf + sf_index(m, j, groups), 0u);
+    if constexpr (FP4Q_SF_SWIZZLED) {
+        // Rows from `rows` up to the next multiple of 128 hold zero scales: four
+        // groups of one row are one aligned word of the swizzled layout.
+        const int words_per_row = domain_groups / 4;
+        const i64 pad_words = (sf_domain_rows(rows) - rows) * words_per_row;
+        for (i64 i = first; i < pad_words; i += stride) {
+            const i64 m = rows + i / words_per_row;
+            const int j = static_cast<int>(i % words_per_row) * 4;
+            st_global_u32(sf + sf_index(m, j, groups), 0u);
+        }
     }
-#endif
 }

@@ -9,8 +9,12 @@
 // memory (a byte per unit, shared by the lanes of a group). The grid is
 // persistent when launched with fewer CTAs than tiles; the producer names
 // each stage's tile, in the order next_tile() gives.
-#include "dequant_math.cuh"
-#include "tma_ring.cuh"
+#include "layout/scale_layout.cuh"
+#include "numerics/dequantize.cuh"
+#include "pipeline/tile_order.cuh"
+#include "pipeline/tma_ring.cuh"
+#include "ptx/griddepcontrol.cuh"
+#include "ptx/tma.cuh"
 
 constexpr int THREADS = 32 + CONSUMER_THREADS;
 constexpr int Q_ROW_BYTES = TILE_K / 2;

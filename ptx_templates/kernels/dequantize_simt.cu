@@ -2,7 +2,9 @@
 // byte loads and element stores. Serves the shapes and pointers that TMA
 // and 16-byte stores cannot address (K % 32 != 0, unaligned bases or row
 // strides). Same numerics header as the TMA kernel, so the same bits.
-#include "dequant_math.cuh"
+#include "layout/scale_layout.cuh"
+#include "numerics/dequantize.cuh"
+#include "ptx/griddepcontrol.cuh"
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
@@ -28,14 +30,14 @@ fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
         u32 w[4];
         dequantize_unit(codes, group_scale(sf[sf_index(row, col / GROUP, groups)], rcp_tsf), w);
         const i64 element = row * cols + col;
-#if FP4Q_OUT_F32
-        u32* dst = reinterpret_cast<u32*>(out) + element;
+        if constexpr (FP4Q_OUT_F32) {
+            u32* dst = reinterpret_cast<u32*>(out) + element;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dst[e] = w[e];
-#else
-        u16* dst = reinterpret_cast<u16*>(out) + element;
+            for (int e = 0; e < 4; ++e) dst[e] = w[e];
+        } else {
+            u16* dst = reinterpret_cast<u16*>(out) + element;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dst[e] = static_cast<u16>(w[e / 2] >> (16 * (e % 2)));
-#endif
+            for (int e = 0; e < 8; ++e) dst[e] = static_cast<u16>(w[e / 2] >> (16 * (e % 2)));
+        }
     }
 }

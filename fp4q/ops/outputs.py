@@ -1,0 +1,66 @@
+"""Where a call's outputs come from when the caller passes none.
+
+The CuPy API allocates from CuPy's memory pool, on the pool of the stream
+the kernel runs on: the pool is stream-ordered, so an output that the
+caller drops while the kernel still runs must go back to that stream's
+pool, not to one that could reuse it at once. (``fp4q.torch`` allocates
+from torch's caching allocator instead, with the same interface.)
+
+An allocator takes a role, which fixes the element type: ``q`` (packed
+e2m1 pairs), ``sf16`` / ``sf32`` (e4m3 / e8m0 scale bytes), ``bfloat16``
+and ``float32`` (dequantized values), ``scale`` (float32 global scale and
+its partial maxima).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .arrays import Operand, as_operand, check_output, cupy
+
+_CUPY_DTYPES = {"q": np.uint8, "sf16": np.uint8, "sf32": np.uint8, "bfloat16": np.uint16,
+                "float32": np.float32, "scale": np.float32}
+
+
+class _RawStream:
+    """A raw CUstream handle in the CUDA stream protocol."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _cupy_stream(cp, handle: int, device: int):
+    # ExternalStream is deprecated from CuPy 14 on, which has Stream.from_external instead.
+    if hasattr(cp.cuda.Stream, "from_external"):
+        return cp.cuda.Stream.from_external(_RawStream(handle))
+    return cp.cuda.ExternalStream(handle, device)
+
+
+def cupy_empty(shape: tuple, dtype, device: int, stream: int):
+    """A new CuPy array on ``device`` from the memory pool of ``stream``."""
+    cp = cupy()
+    if stream != cp.cuda.get_current_stream(device).ptr:
+        with cp.cuda.Device(device), _cupy_stream(cp, stream, device):
+            return cp.empty(shape, dtype=dtype)
+    if cp.cuda.runtime.getDevice() == device:
+        return cp.empty(shape, dtype=dtype)
+    with cp.cuda.Device(device):
+        return cp.empty(shape, dtype=dtype)
+
+
+def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> Operand:
+    return as_operand(cupy_empty(shape, _CUPY_DTYPES[role], device, stream), "output")
+
+
+def output(buf, name: str, shape: tuple, dtypes, device: int, others, outputs, role: str, stream: int) -> Operand:
+    """The caller's buffer, checked by ``check_output``, or a new one from ``outputs``."""
+    if buf is None:
+        return outputs(role, shape, device, stream)
+    operand = as_operand(buf, name)
+    check_output(operand, name, shape, dtypes, device, others)
+    return operand

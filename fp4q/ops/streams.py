@@ -1,0 +1,47 @@
+"""Which stream a call runs on.
+
+Without ``stream=``, a call runs on the current stream of the library its
+input comes from: torch's current stream for a torch tensor (torch orders
+its own work on it, and its side streams are non-blocking, so any other
+stream would race with the producer of ``x`` and the consumer of the
+outputs), CuPy's current stream for anything else. ``stream=`` takes a
+CuPy stream, a torch stream, any object with ``__cuda_stream__``, or a raw
+``CUstream`` handle as an int.
+"""
+
+from __future__ import annotations
+
+from .arrays import Operand, cupy, torch_module
+
+
+def current_stream(a: Operand) -> int:
+    """The raw handle of the stream a call on ``a`` runs on by default."""
+    if a.is_torch:
+        torch = torch_module()
+        return torch.cuda.current_stream(a.device).cuda_stream
+    return cupy().cuda.get_current_stream(a.device).ptr
+
+
+def stream_handle(stream, a: Operand) -> int:
+    """The raw CUstream for ``stream`` (``None``: the input's library's current stream)."""
+    if stream is None:
+        return current_stream(a)
+    cp = cupy()
+    if isinstance(stream, (cp.cuda.Stream, cp.cuda.ExternalStream)):
+        stream_device = getattr(stream, "device_id", a.device)
+        if stream_device not in (-1, a.device):
+            raise ValueError(f"stream belongs to device {stream_device} but the input is on device {a.device}")
+        return stream.ptr
+    torch = torch_module()
+    if torch is not None and isinstance(stream, torch.cuda.Stream):
+        if stream.device.index != a.device:
+            raise ValueError(f"stream belongs to device {stream.device.index} but the input is on device {a.device}")
+        return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core and others)
+        return int(stream.__cuda_stream__()[1])
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    raise TypeError(
+        f"stream must be a cupy.cuda.Stream, a torch stream, an object with __cuda_stream__ "
+        f"or a raw handle (int), got {stream!r} ({type(stream).__name__})"
+    )

@@ -1,0 +1,102 @@
+// Spec step 6: float32 products x * inv to e2m1 codes, and the value of a
+// code (for dequantization).
+#pragma once
+#include "ptx/convert.cuh"
+#include "ptx/float_math.cuh"
+#include "ptx/permute.cuh"
+
+// Software e2m1, for targets without the conversion instruction, as
+// magnitude codes and sign bits.
+//
+// The e2m1 grid has step 0.5 below 2, 1 below 4 and 2 above, so the code
+// of |v| is rint(min(2|v|, |v| + 2, |v|/2 + 4, 7)); rint is monotone and the
+// shifts by 2 and 4 are even, so each branch can be rounded separately. Each
+// branch is one fma/add onto the integer grid of M = 1.5 * 2^23, which
+// rounds to nearest even exactly once and leaves the integer in the low
+// mantissa bits. NaN: every branch is NaN, and min() drops NaN in favour of
+// M + 7 (code 7). Returns bits(M) + code.
+template <bool CLAMP>
+FP4Q_DEVICE u32 e2m1_magnitude_biased(float v) {
+    const float m = 12582912.0f;
+    const float a = abs_f32(v);
+    const float t0 = fma_rn(a, 2.0f, m);
+    const float t1 = add_rn(a, m + 2.0f);
+    const float t2 = fma_rn(a, 0.5f, m + 4.0f);
+    return f32_bits(min_f32(min_f32(t0, t1), CLAMP ? min_f32(t2, m + 7.0f) : t2));
+}
+
+// The magnitude codes of eight floats, v[0] in the low nibble, sign bits
+// clear. The biased codes are combined by multiply-adds (Horner in base 16)
+// and the bias removed once, which keeps the packing off the integer logic
+// pipe.
+template <bool CLAMP>
+FP4Q_DEVICE u32 e2m1x8_magnitudes(const float (&v)[8]) {
+    constexpr u32 bias = 0x4B400000u * 0x11111111u;  // bits(M) in every nibble, mod 2^32
+    u32 acc = 0;
+#pragma unroll
+    for (int i = 7; i >= 0; --i) acc = acc * 16u + e2m1_magnitude_biased<CLAMP>(v[i]);
+    return acc - bias;
+}
+
+// The sign bits (bit 3 of each nibble) of eight floats. v is always a
+// product, and a NaN product is the canonical positive NaN, so v's sign
+// bit is the spec's sign for every input.
+FP4Q_DEVICE u32 e2m1x8_signs(const float (&v)[8]) {
+    u32 signs = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) signs |= (f32_bits(v[i]) >> 31) << (4 * i + 3);
+    return signs;
+}
+
+// The same sign bits read off the four packed input words the products came
+// from (both input types keep the signs in bits 15 and 31 of a word): four
+// byte permutes and two logic ops for eight elements instead of two integer
+// ops per element.
+FP4Q_DEVICE u32 e2m1x8_input_signs(u32 w0, u32 w1, u32 w2, u32 w3) {
+    // Bytes 1 and 3 of each word, each replaced by its sign bit repeated.
+    const u32 lo01_hi01 = prmt_b32(w0, w1, 0xFBD9u);
+    const u32 lo23_hi23 = prmt_b32(w2, w3, 0xFBD9u);
+    const u32 lo = prmt_b32(lo01_hi01, lo23_hi23, 0x5410u);  // byte i: sign of element 2i
+    const u32 hi = prmt_b32(lo01_hi01, lo23_hi23, 0x7632u);  // byte i: sign of element 2i + 1
+    return (lo & 0x08080808u) | (hi & 0x80808080u);
+}
+
+// Eight floats v (products of the packed inputs w0..w3 and an inverse
+// scale) to a word of eight e2m1 codes, v[0] in the low nibble. The
+// software conversion comes in three variants, <INPUT_SIGNS, CLAMP>:
+//   <false, true>: exact for every product, NaN and infinities included;
+//   <true,  true>: exact when no product is NaN: then x * inv has the sign
+//                  of x (inv is +0, positive or NaN), so the sign bits can be
+//                  read off the inputs;
+//   <true, false>: also needs every |x * inv| < 7, which a scale rounded to
+//                  nearest gives (|x * inv| <= 6 * (1 + 2^-4) for a normal
+//                  e4m3 scale): rint(|v|/2 + 4) cannot pass 7, so no clamp.
+// The hardware conversion is exact for all of them.
+template <bool INPUT_SIGNS, bool CLAMP>
+FP4Q_DEVICE u32 e2m1x8(const float (&v)[8], u32 w0, u32 w1, u32 w2, u32 w3) {
+    static_assert(CLAMP || INPUT_SIGNS, "a NaN product needs the clamp");
+// A preprocessor guard: the hardware conversion only exists on sm_100a and
+// later (see ptx/convert.cuh).
+#if defined(FP4Q_HAS_CVT_E2M1)
+    u32 word = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) word |= cvt_rn_satfinite_e2m1x2_f32(v[2 * i + 1], v[2 * i]) << (8 * i);
+    return word;
+#else
+    const u32 signs = INPUT_SIGNS ? e2m1x8_input_signs(w0, w1, w2, w3) : e2m1x8_signs(v);
+    return e2m1x8_magnitudes<CLAMP>(v) | signs;
+#endif
+}
+
+// The general conversion, exact for every product.
+FP4Q_DEVICE u32 e2m1x8(const float (&v)[8]) { return e2m1x8<false, true>(v, 0u, 0u, 0u, 0u); }
+
+// The value of a code (bit 3 the sign). Its three magnitude bits at float32
+// bits 22..24 give a float whose exponent field is the e2m1 exponent and
+// whose top mantissa bit is the e2m1 mantissa; the biases differ by 126
+// (code 1, 0.5, lands on the subnormal 2^-127), so one exact multiply by
+// 2^126 makes it the code's value.
+FP4Q_DEVICE float e2m1_value(u32 code) {
+    const u32 bits = ((code & 7u) << 22) | ((code & 8u) << 28);
+    return mul_rn(f32_from_bits(bits), 0x1p126f);
+}

@@ -1,0 +1,44 @@
+// The 16-bit input type, bf16 or (FP4Q_INPUT_FP16) fp16: widening to
+// float32 and packed maxima. Inputs come as packed pairs: element 2i sits in
+// the low half of word i (little-endian memory order).
+#pragma once
+#include "ptx/convert.cuh"
+#include "ptx/float_math.cuh"
+
+// The low and high element of a pair, as float32, exactly.
+FP4Q_DEVICE float input_lo(u32 w) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return cvt_f32_f16(static_cast<u16>(w));
+    } else {
+        return f32_from_bits(w << 16);
+    }
+}
+
+FP4Q_DEVICE float input_hi(u32 w) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return cvt_f32_f16(static_cast<u16>(w >> 16));
+    } else {
+        return f32_from_bits(w & 0xFFFF0000u);
+    }
+}
+
+// Per-lane maximum of two pairs; a NaN lane loses.
+FP4Q_DEVICE u32 max_x2(u32 a, u32 b) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return max_f16x2(a, b);
+    } else {
+        return max_bf16x2(a, b);
+    }
+}
+
+// Per-lane max(|a|, |b|), NaN winning; the sign bits are garbage.
+FP4Q_DEVICE u32 max_nan_abs_x2(u32 a, u32 b) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return max_nan_xorsign_abs_f16x2(a, b);
+    } else {
+        return max_nan_xorsign_abs_bf16x2(a, b);
+    }
+}
+
+// Both elements of a pair with the sign bits cleared.
+constexpr u32 MAGNITUDE_X2 = 0x7FFF7FFFu;

@@ -1,0 +1,15 @@
+// Global atomics, for the tile tickets the CTAs of a persistent grid share.
+#pragma once
+#include "ptx/types.cuh"
+
+FP4Q_DEVICE u32 atom_global_add_u32(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
+FP4Q_DEVICE u32 atom_acq_rel_gpu_global_add_u32(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}

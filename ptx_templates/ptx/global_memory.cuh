@@ -1,0 +1,24 @@
+// Loads and stores of global memory.
+#pragma once
+#include "ptx/types.cuh"
+
+FP4Q_DEVICE float ld_global_f32(const float* p) {
+    float v;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+// Read-only (non-coherent) 16-byte load, for inputs no thread of the grid writes.
+FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
+FP4Q_DEVICE void st_global_u32(void* p, u32 a) {
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
+}
+
+FP4Q_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}

@@ -1,0 +1,41 @@
+"""scripts/bench_contenders.py without a GPU: the spec's formula in PyTorch (the torch eager and
+torch.compile contenders) on the CPU, bit for bit against the numpy reference on the corner-case data."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from fp4q.numerics import reference
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import bench_contenders  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+
+def test_corner_input_has_the_cases_it_promises():
+    x = bench_contenders.corner_input()
+    assert x.shape == (512, 256) and x.dtype == np.uint16
+    for bits in (0x0000, 0x8000, 0x7FC0, 0xFF80, 0x0001):
+        assert (x == bits).any()
+
+
+@pytest.mark.parametrize("tsf", [1.0, float(np.float32(0.3)), 1024.0, 2.0**-15])
+def test_torch_formula_matches_the_reference(tsf):
+    x = bench_contenders.corner_input()
+    formula = bench_contenders.make_torch_formula(torch, "cpu")
+    xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    q, sf = formula(xt, torch.tensor(tsf, dtype=torch.float32))
+    q_ref, sf_ref = reference.quantize_nvfp4(x, tsf, sf_layout="linear")
+    np.testing.assert_array_equal(sf.numpy(), sf_ref)
+    np.testing.assert_array_equal(q.numpy(), q_ref)
+
+
+def test_e2m1_thresholds_give_the_spec_ties():
+    bounds = torch.tensor(bench_contenders.E2M1_THRESHOLDS)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.5])
+    assert torch.bucketize(ties, bounds, right=False).tolist() == [0, 2, 2, 4, 4, 6, 6, 7]
