@@ -8,6 +8,7 @@ import pytest
 
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
+from fp4q.kernels.archs import ALL_TARGETS, target
 from fp4q.kernels.quantize import numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
@@ -26,7 +27,7 @@ def code_lines(source: str) -> list[str]:
 def defines(source: str) -> dict[str, str]:
     """The rendered flags as "0"/"1", whether written as #define or as constexpr bool."""
     flags = dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
-    for name, value in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M):
+    for name, value in re.findall(r"^(?:\[\[maybe_unused\]\] )?constexpr bool (\w+) = (true|false);$", source, re.M):
         assert name not in flags, name
         flags[name] = str(int(value == "true"))
     return flags
@@ -152,10 +153,7 @@ def test_render_tma_flags(name):
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if cfg.tensor_sf_mode == "pointer" else "0")
     assert d["FP4Q_INPUT_FP16"] == ("1" if cfg.input_dtype == "float16" else "0")
     assert d["FP4Q_SETMAXNREG"] == ("1" if cfg.setmaxnreg else "0")
-    if cfg.arch == "sm_100f":
-        assert d["FP4Q_HAS_CVT_E2M1"] == "1"
-    else:
-        assert "FP4Q_HAS_CVT_E2M1" not in d
+    assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if cfg.arch == "sm_100f" else "0")
 
 
 @pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(sf_vec_size=32)])
@@ -163,7 +161,7 @@ def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     # if constexpr type-checks both branches in every compile; only the guards whose
     # branch cannot compile in some config stay macros
     src = render(cfg.spec).source
-    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG", "FP4Q_HAS_CVT_E2M1"}
+    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG"}
     assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
     assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
     assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
@@ -179,8 +177,16 @@ def test_render_without_setmaxnreg_has_no_register_constants():
 def test_cvt_e2m1_flag_only_for_sm_100f(arch, has):
     for cfg in (QuantizeConfig(arch=arch), SimtConfig(arch=arch)):
         src = render(cfg.spec).source
-        assert ("#define FP4Q_HAS_CVT_E2M1 1" in src) is has
+        assert f"[[maybe_unused]] constexpr bool FP4Q_HAS_CVT_E2M1 = {'true' if has else 'false'};" in src
         assert render(cfg.spec).arch == arch
+
+
+@pytest.mark.parametrize("arch", sorted(ALL_TARGETS))
+def test_every_feature_flag_of_the_target_is_rendered(arch):
+    want = {name: str(int(value)) for name, value in target(arch).features.flags().items()}
+    for spec in (SimtConfig(arch=arch).spec, numerics_probe_spec(arch)):
+        d = defines(render(spec).source)
+        assert {name: d[name] for name in want} == want
 
 
 def test_render_names_the_kernel_and_target_in_the_first_line():
@@ -315,7 +321,7 @@ def test_render_numerics_probe(arch):
     assert 'extern "C" __global__ void fp4q_numerics_probe(' in src.source
     d = defines(src.source)
     assert d["FP4Q_INPUT_FP16"] == "0"
-    assert ("FP4Q_HAS_CVT_E2M1" in d) is (arch == "sm_100f")
+    assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if arch == "sm_100f" else "0")
     # the numerics header is present exactly once
     assert src.source.count("FP4Q_DEVICE u32 nvfp4_scale_pair(") == 1
 

@@ -177,7 +177,7 @@ E2M1_KERNEL = 'extern "C" __global__ void e2m1(const float* x, unsigned* y) {\n'
 
 
 def e2m1_source(arch: str) -> KernelSource:
-    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
+    return KernelSource("e2m1", expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
 
 
 def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
@@ -191,12 +191,6 @@ def test_hardware_e2m1_cvt_compiles_for_sm_100f(tmp_path):
     kernel = compile_source(e2m1_source("sm_100f"), cache=BinaryCache(tmp_path))
     assert_is_cubin(kernel.cubin, "e2m1")
     assert kernel.resources.spill_bytes == 0
-
-
-def test_e2m1_wrapper_is_hidden_without_the_flag(tmp_path):
-    source = expand_includes("ptx/convert.cuh") + E2M1_KERNEL
-    with pytest.raises(CompileError, match="cvt_rn_satfinite_e2m1x2_f32"):
-        compile_source(KernelSource("e2m1", source, "sm_100f"), cache=BinaryCache(tmp_path))
 
 
 # --- the cache --------------------------------------------------------------------------------------------------
