@@ -2,7 +2,8 @@
 the software e2m1 conversion of sm_90a over hand-picked and random float32
 bit patterns, and the e4m3 scale / inverse computation; on a Hopper GPU
 also the pre-Hopper build (software e2m1 and e4m3, sm_80's flags compiled
-for sm_90a)."""
+for sm_90a). Without a GPU: the software e4m3 formulas of
+numerics/e4m3.cuh, transcribed to numpy, against the reference."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_e2m1_conversion_bit_exact(build):
 
 @gpu
 @pytest.mark.parametrize("build", BUILDS)
-@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0])
+@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0, -0.37])  # negative: signed bytes
 def test_scale_and_inverse_bit_exact(tensor_sf, build):
     rng = np.random.default_rng(1)
     amax = np.abs(rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32))
@@ -89,3 +90,65 @@ def test_scale_and_inverse_bit_exact(tensor_sf, build):
     np.testing.assert_array_equal(np.isnan(inv), np.isnan(want_inv))
     finite = ~np.isnan(want_inv)
     np.testing.assert_array_equal(inv[finite].view(np.uint32), want_inv[finite].view(np.uint32))
+
+
+# --- the software e4m3 conversions, on the CPU ------------------------------------------------------------------
+# numpy transcriptions of software_e4m3 and software_e4m3_value (numerics/e4m3.cuh), step for step: float32
+# arithmetic rounds to nearest even without flushing subnormals, as the device's add.rn / mul.rn do, and
+# np.fmin drops NaN as min.f32 does.
+
+
+def software_e4m3(s: np.ndarray) -> np.ndarray:
+    s = np.asarray(s, np.float32)
+    a = np.fmin(np.abs(s), np.float32(448))
+    bits = a.view(np.uint32)
+    with np.errstate(over="ignore"):
+        subnormal = (a + np.float32(2**14)).view(np.uint32) - np.float32(2**14).view(np.uint32)
+        normal = ((bits + np.uint32(0x7FFFF) + ((bits >> 20) & 1)) >> 20) - np.uint32(120 << 3)
+    code = np.where(a < np.float32(2**-6), subnormal, normal)
+    signed = ((s.view(np.uint32) >> 24) & 0x80) | code
+    return np.where(np.isnan(s), 0x7F, signed).astype(np.uint8)
+
+
+def software_e4m3_value(byte: np.ndarray) -> np.ndarray:
+    b = np.asarray(byte, np.uint32)
+    bits = ((b & 0x7F) << 20) | ((b & 0x80) << 24)
+    value = bits.view(np.float32) * np.float32(2**120)
+    return np.where((b & 0x7F) == 0x7F, np.float32(np.nan), value)
+
+
+def _e4m3_inputs() -> np.ndarray:
+    """Every e4m3 value and every midpoint between neighbours (the ties), each with its float32 neighbours;
+    the saturation and subnormal edges; +-0, +-Inf, NaNs of both signs and several payloads, float32
+    subnormals; and random bit patterns."""
+    grid = reference.e4m3_decode(np.arange(0x7F, dtype=np.uint8)).astype(np.float64)
+    ties = (grid[:-1] + grid[1:]) / 2  # exact in float32: one bit more than e4m3
+    edges = np.array([448, 464, 480, 2**-6, 2**-9, 2**-10, 3 * 2**-11, 3e38], np.float64)
+    points = np.concatenate([grid, ties, edges]).astype(np.float32)
+    near = np.concatenate([points, np.nextafter(points, np.float32(np.inf)), np.nextafter(points, np.float32(0))])
+    specials = np.array([0, np.inf, 1e-45, 1e-40, 1.1754942e-38], np.float32)
+    nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFC00000, 0xFF800001], np.uint32).view(np.float32)
+    fixed = np.concatenate([near, specials])
+    random_bits = np.random.default_rng(2).integers(0, 2**32, size=1 << 22, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([fixed, -fixed, nans, random_bits.view(np.float32)])
+
+
+def test_software_e4m3_encode_is_the_reference():
+    s = _e4m3_inputs()
+    got, want = software_e4m3(s), reference.e4m3_encode(s)
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, [(s[i], hex(s.view(np.uint32)[i]), hex(got[i]), hex(want[i])) for i in bad[:8]]
+
+
+def test_software_e4m3_value_is_the_reference():
+    byte = np.arange(256, dtype=np.uint8)
+    got, want = software_e4m3_value(byte), reference.e4m3_decode(byte)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+
+
+def test_software_e4m3_round_trips_every_byte():
+    byte = np.arange(256, dtype=np.uint8)
+    nan = (byte & 0x7F) == 0x7F
+    np.testing.assert_array_equal(software_e4m3(software_e4m3_value(byte))[~nan], byte[~nan])
