@@ -120,7 +120,7 @@ INSTRUCTIONS = {
            'extern "C" __global__ void k(const __grid_constant__ TM m, float* y) {\n'
            '    __shared__ alignas(128) float s[256]; __shared__ unsigned long long bar;\n'
            '    unsigned a = (unsigned)__cvta_generic_to_shared(s), b = (unsigned)__cvta_generic_to_shared(&bar);\n'
-           '    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"\n'
+           '    asm volatile("cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes"\n'
            '                 " [%0], [%1, {%2, %3}], [%4];" :: "r"(a), "l"(&m), "r"(0), "r"(0), "r"(b) : "memory");\n'
            '    y[0] = s[threadIdx.x];\n}\n',
     "pdl": 'extern "C" __global__ void k(float* y) {\n'
