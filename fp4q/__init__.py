@@ -11,8 +11,10 @@ layouts), ``kernels`` (configs and the kernel specs they make), ``cuda``
 
 from ._version import __version__
 from .cuda.tma import TmaError
-from .jit.compiler import CompileError
+from .jit.compiler import CompileError, JitDisabledError, NvrtcError
 from .jit.loader import kernel_cache_stats
+from .jit.precompile import precompile
+from .kernels.archs import UnsupportedDeviceError
 from .kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from .kernels.quantize import QuantizeConfig, SimtConfig, default_config
 from .kernels.rules import ConfigError
@@ -40,6 +42,10 @@ __all__ = [
     "default_config",
     "ConfigError",
     "CompileError",
+    "NvrtcError",
+    "JitDisabledError",
+    "UnsupportedDeviceError",
+    "precompile",
     "TmaError",
     "layouts",
     "reference",

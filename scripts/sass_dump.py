@@ -1,13 +1,15 @@
 """Dump the SASS of every shipped kernel variant, or compare two such dumps.
 
-    python scripts/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100a] [--jobs 2]
-    python scripts/sass_dump.py --compare DIR_A DIR_B
+    python scripts/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100f] [--jobs 2]
+    python scripts/sass_dump.py --compare DIR_A DIR_B [--common]
 
 The first form compiles each variant of ``all_variants(arch)`` plus the
 numerics probe into a throw-away binary cache and writes ``cuobjdump -sass``
 of each cubin to ``OUT_DIR/<arch>/<variant>.sass``. The second form lists the
 variants whose SASS differs (or exists on one side only) and exits non-zero
-when there is any. A refactoring of the templates that claims to leave the
+when there is any; with --common, variants that only one dump holds (a tree
+that ships more) are counted but do not fail it. Compare DIR_A/sm_90a with
+DIR_B/sm_90a to compare one target. A refactoring of the templates that claims to leave the
 generated code alone is checked by dumping before and after and comparing.
 cuobjdump and the nvdisasm it runs come from PATH or from the pip wheels
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm.
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-DEFAULT_ARCHS = ("sm_90a", "sm_100a")
+OLD_DEFAULT_ARCHS = ("sm_90a", "sm_100a")  # trees without fp4q.kernels.archs
 
 
 def _import_first(*names: str):
@@ -62,6 +64,14 @@ def _fp4q():
         compile_source=compiler.compile_source,
         BinaryCache=cache.BinaryCache,
     )
+
+
+def default_archs() -> list[str]:
+    """Every target the imported tree ships."""
+    try:
+        return list(_import_first("fp4q.kernels.archs").ARCHS)
+    except ModuleNotFoundError:
+        return list(OLD_DEFAULT_ARCHS)
 
 
 def find_cuobjdump() -> str:
@@ -127,14 +137,18 @@ def dump(out_dir: pathlib.Path, archs: list[str], jobs: int) -> None:
     print(f"wrote {len(work)} SASS dumps to {out_dir}")
 
 
-def compare(a: pathlib.Path, b: pathlib.Path) -> int:
+def compare(a: pathlib.Path, b: pathlib.Path, common: bool = False) -> int:
     files_a = {p.relative_to(a) for p in a.rglob("*.sass")}
     files_b = {p.relative_to(b) for p in b.rglob("*.sass")}
     by_arch: dict[str, list[int]] = {}
     problems = []
+    one_sided = 0
     for rel in sorted(files_a | files_b):
         counts = by_arch.setdefault(rel.parts[0] if len(rel.parts) > 1 else ".", [0, 0])
         if rel not in files_a or rel not in files_b:
+            if common:
+                one_sided += 1
+                continue
             problems.append(f"only in {a if rel in files_a else b}: {rel}")
             counts[1] += 1
         elif (a / rel).read_bytes() == (b / rel).read_bytes():
@@ -146,23 +160,27 @@ def compare(a: pathlib.Path, b: pathlib.Path) -> int:
         print(line)
     for arch, (same, different) in sorted(by_arch.items()):
         print(f"{arch}: {same} identical, {different} differing")
-    return 1 if problems or not by_arch else 0
+    if common:
+        print(f"{one_sided} in one dump only, not compared")
+    compared = sum(same + different for same, different in by_arch.values())
+    return 1 if problems or not compared else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", nargs="?", type=pathlib.Path, help="where to write the dumps")
-    parser.add_argument("--arch", action="append", help=f"target (repeatable; default {' '.join(DEFAULT_ARCHS)})")
+    parser.add_argument("--arch", action="append", help="target (repeatable; default every target of the tree)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile processes")
     parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar=("DIR_A", "DIR_B"))
+    parser.add_argument("--common", action="store_true", help="with --compare: only the variants both dumps hold")
     args = parser.parse_args(argv)
     if args.compare:
         if args.out_dir is not None:
             parser.error("--compare takes no OUT_DIR")
-        return compare(*args.compare)
+        return compare(*args.compare, common=args.common)
     if args.out_dir is None:
         parser.error("give OUT_DIR or --compare DIR_A DIR_B")
-    dump(args.out_dir, args.arch or list(DEFAULT_ARCHS), args.jobs)
+    dump(args.out_dir, args.arch or default_archs(), args.jobs)
     return 0
 
 

@@ -11,7 +11,7 @@ installed). ``--write-tuned`` merges the best config per shape class (the
 lowest geometric mean of time / copy over the class's swept shapes) into
 the package's tuned table, keeping the classes it did not sweep.
 
-Without a GPU: compiles every shipped variant for sm_90a and sm_100a with
+Without a GPU: compiles every shipped variant for sm_90a and sm_100f with
 NVRTC and prints registers, shared memory, spills, cold compile time and
 cache-hit time, and says plainly that no GPU was found.
 """
@@ -375,8 +375,8 @@ def main(argv=None) -> int:
     if args.cpu or not available:
         if not available:
             print(f"No GPU found ({reason}).")
-            print("Compiling every shipped variant for sm_90a and sm_100a with NVRTC instead of sweeping.\n")
-        rows = compile_table(("sm_90a", "sm_100a"), layouts_modes=not args.quick, out_dir=args.out)
+            print("Compiling every shipped variant for sm_90a and sm_100f with NVRTC instead of sweeping.\n")
+        rows = compile_table(("sm_90a", "sm_100f"), layouts_modes=not args.quick, out_dir=args.out)
         worst = max(r["compile_ms"] for r in rows)
         hit = max(r["cache_hit_ms"] for r in rows)
         print(f"\n{len(rows)} variants compiled; slowest cold compile {worst:.0f} ms, slowest cache hit {hit:.2f} ms.")

@@ -19,7 +19,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 KEY_FIELDS = dict(
     source="__global__ void k() {}",
     options=("-O3", "--std=c++17"),
-    arch="sm_100a",
+    arch="sm_100f",
     compiler_version=(13, 0),
     package_version="0.1.0",
     name="k",

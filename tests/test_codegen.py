@@ -8,6 +8,7 @@ import pytest
 
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
+from fp4q.kernels.archs import ALL_TARGETS, target
 from fp4q.kernels.quantize import numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
@@ -26,7 +27,7 @@ def code_lines(source: str) -> list[str]:
 def defines(source: str) -> dict[str, str]:
     """The rendered flags as "0"/"1", whether written as #define or as constexpr bool."""
     flags = dict(re.findall(r"^#define (\w+) (.*)$", source, re.M))
-    for name, value in re.findall(r"^constexpr bool (\w+) = (true|false);$", source, re.M):
+    for name, value in re.findall(r"^(?:\[\[maybe_unused\]\] )?constexpr bool (\w+) = (true|false);$", source, re.M):
         assert name not in flags, name
         flags[name] = str(int(value == "true"))
     return flags
@@ -93,7 +94,7 @@ CONFIGS = {
     "m256": QuantizeConfig(tile_m=256, num_stages=2),
     "wg3_noswz": QuantizeConfig(tile_k=192, output_box_k=96, output_swizzle=S.NONE, consumer_warpgroups=3),
     "linear_ptr_fp16": QuantizeConfig(sf_layout="linear", tensor_sf_mode="pointer", input_dtype="float16"),
-    "no_setmaxnreg_sm100": QuantizeConfig(setmaxnreg=False, arch="sm_100a"),
+    "no_setmaxnreg_sm100": QuantizeConfig(setmaxnreg=False, arch="sm_100f"),
     "2cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1,
                            min_ctas_per_sm=2, out_buffers=3),
 }
@@ -152,18 +153,15 @@ def test_render_tma_flags(name):
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if cfg.tensor_sf_mode == "pointer" else "0")
     assert d["FP4Q_INPUT_FP16"] == ("1" if cfg.input_dtype == "float16" else "0")
     assert d["FP4Q_SETMAXNREG"] == ("1" if cfg.setmaxnreg else "0")
-    if cfg.arch == "sm_100a":
-        assert d["FP4Q_HAS_CVT_E2M1"] == "1"
-    else:
-        assert "FP4Q_HAS_CVT_E2M1" not in d
+    assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if cfg.arch == "sm_100f" else "0")
 
 
-@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100a"), SimtConfig(sf_vec_size=32)])
+@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(sf_vec_size=32)])
 def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     # if constexpr type-checks both branches in every compile; only the guards whose
     # branch cannot compile in some config stay macros
     src = render(cfg.spec).source
-    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG", "FP4Q_HAS_CVT_E2M1"}
+    assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG"}
     assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
     assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
     assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
@@ -175,17 +173,25 @@ def test_render_without_setmaxnreg_has_no_register_constants():
     assert "#define FP4Q_SETMAXNREG 0" in src
 
 
-@pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100a", True)])
-def test_cvt_e2m1_flag_only_for_sm_100a(arch, has):
+@pytest.mark.parametrize("arch, has", [("sm_90a", False), ("sm_100f", True)])
+def test_cvt_e2m1_flag_only_for_sm_100f(arch, has):
     for cfg in (QuantizeConfig(arch=arch), SimtConfig(arch=arch)):
         src = render(cfg.spec).source
-        assert ("#define FP4Q_HAS_CVT_E2M1 1" in src) is has
+        assert f"[[maybe_unused]] constexpr bool FP4Q_HAS_CVT_E2M1 = {'true' if has else 'false'};" in src
         assert render(cfg.spec).arch == arch
 
 
+@pytest.mark.parametrize("arch", sorted(ALL_TARGETS))
+def test_every_feature_flag_of_the_target_is_rendered(arch):
+    want = {name: str(int(value)) for name, value in target(arch).features.flags().items()}
+    for spec in (SimtConfig(arch=arch).spec, numerics_probe_spec(arch)):
+        d = defines(render(spec).source)
+        assert {name: d[name] for name in want} == want
+
+
 def test_render_names_the_kernel_and_target_in_the_first_line():
-    first = render(QuantizeConfig(num_stages=3, arch="sm_100a").spec).source.splitlines()[0]
-    assert first == "// fp4q generated: fp4q_quantize_fp4_tma for sm_100a"
+    first = render(QuantizeConfig(num_stages=3, arch="sm_100f").spec).source.splitlines()[0]
+    assert first == "// fp4q generated: fp4q_quantize_fp4_tma for sm_100f"
 
 
 # --- render: SIMT -----------------------------------------------------------------------------------------------
@@ -243,7 +249,7 @@ def test_equal_configs_render_identical_sources():
         dict(sf_layout="linear"),
         dict(tensor_sf_mode="pointer"),
         dict(input_dtype="float16"),
-        dict(arch="sm_100a"),
+        dict(arch="sm_100f"),
     ],
     ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
 )
@@ -263,7 +269,7 @@ def test_persistent_changes_only_the_grid():
 
 
 def test_all_distinct_configs_render_distinct_sources():
-    cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100a")]
+    cfgs = list(CONFIGS.values()) + [SimtConfig(), SimtConfig(threads=128), SimtConfig(arch="sm_100f")]
     sources = [render(c.spec) for c in cfgs]
     assert len(set(sources)) == len(cfgs)
 
@@ -307,7 +313,7 @@ def test_render_wrong_type_raises_type_error(bad):
 # --- numerics probe ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100f"])
 def test_render_numerics_probe(arch):
     src = render(numerics_probe_spec(arch))
     assert src.kernel_name == "fp4q_numerics_probe" and src.arch == arch
@@ -315,10 +321,10 @@ def test_render_numerics_probe(arch):
     assert 'extern "C" __global__ void fp4q_numerics_probe(' in src.source
     d = defines(src.source)
     assert d["FP4Q_INPUT_FP16"] == "0"
-    assert ("FP4Q_HAS_CVT_E2M1" in d) is (arch == "sm_100a")
+    assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if arch == "sm_100f" else "0")
     # the numerics header is present exactly once
     assert src.source.count("FP4Q_DEVICE u32 nvfp4_scale_pair(") == 1
 
 
 def test_numerics_probe_differs_by_arch():
-    assert render(numerics_probe_spec("sm_90a")).source != render(numerics_probe_spec("sm_100a")).source
+    assert render(numerics_probe_spec("sm_90a")).source != render(numerics_probe_spec("sm_100f")).source

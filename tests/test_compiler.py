@@ -21,8 +21,9 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
 from fp4q.kernels.variants import all_variants
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = tuple(ARCHS)
 VARIANTS = [(arch, name, cfg) for arch in ARCH_LIST for name, cfg in all_variants(arch).items()]
+TMA_ARCHS = tuple(a for a in ARCHS if ARCHS[a].features.tma)
 EM_CUDA = 190
 
 
@@ -49,13 +50,13 @@ def assert_is_cubin(cubin: bytes, kernel_name: str) -> None:
 
 
 @pytest.mark.parametrize("arch, name, cfg", VARIANTS, ids=[f"{a}-{n}" for a, n, _ in VARIANTS])
-def test_variant_compiles_cleanly(arch, name, cfg, session_cache):
-    kernel = compile_source(render(cfg.spec), cache=session_cache)
+def test_variant_compiles_cleanly(arch, name, cfg, variants_cache):
+    kernel = compile_source(render(cfg.spec), cache=variants_cache)
     assert isinstance(kernel, CompiledKernel)
     assert (kernel.arch, kernel.kernel_name) == (arch, render(cfg.spec).kernel_name)
     assert_is_cubin(kernel.cubin, kernel.kernel_name)
     log = kernel.log
-    assert f"Compiling entry function '{kernel.kernel_name}' for '{arch}'" in log
+    assert f"Compiling entry function '{kernel.kernel_name}' for '{ARCHS[arch].gpu_architecture}'" in log
     res = kernel.resources
     assert res.spill_bytes == 0, log
     assert res.stack_bytes == 0, log
@@ -82,7 +83,7 @@ def test_numerics_probe_compiles(arch, session_cache):
     assert kernel.resources.spill_bytes == 0
 
 
-@pytest.mark.parametrize("arch", ARCH_LIST)
+@pytest.mark.parametrize("arch", TMA_ARCHS)
 def test_default_config_compiles_without_spills(arch, session_cache):
     kernel = compile_source(render(default_config(arch).spec), cache=session_cache)
     assert_is_cubin(kernel.cubin, "fp4q_quantize_fp4_tma")
@@ -100,7 +101,7 @@ FORBIDDEN_OPTIONS = ("--use_fast_math", "-use_fast_math", "--ftz=true", "-ftz=tr
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_options(arch):
     opts = compiler._options(arch)
-    assert opts[0] == f"--gpu-architecture={arch}"  # an exact sm_XXa target: a cubin, never PTX
+    assert opts[0] == f"--gpu-architecture={arch}"  # the exact architecture or family: a cubin, never PTX
     for required in ("--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "--ptxas-options=-v"):
         assert required in opts
     for opt in opts:
@@ -156,11 +157,11 @@ def test_broken_source_raises_compile_error(tmp_path):
 
 
 def test_syntax_error_log(tmp_path):
-    src = KernelSource("k", "this is not C++\n", "sm_100a")
+    src = KernelSource("k", "this is not C++\n", "sm_100f")
     with pytest.raises(CompileError, match="expected a declaration") as info:
         compile_source(src, cache=BinaryCache(tmp_path))
     assert info.value.source == "this is not C++\n"
-    assert "for sm_100a" in str(info.value)
+    assert "for sm_100f" in str(info.value)
 
 
 def test_ptxas_error_is_a_compile_error(tmp_path):
@@ -176,7 +177,7 @@ E2M1_KERNEL = 'extern "C" __global__ void e2m1(const float* x, unsigned* y) {\n'
 
 
 def e2m1_source(arch: str) -> KernelSource:
-    return KernelSource("e2m1", "#define FP4Q_HAS_CVT_E2M1 1\n" + expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
+    return KernelSource("e2m1", expand_includes("ptx/convert.cuh") + E2M1_KERNEL, arch)
 
 
 def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
@@ -186,16 +187,10 @@ def test_hardware_e2m1_cvt_does_not_compile_for_sm_90a(tmp_path):
     assert "sm_90a" in info.value.log
 
 
-def test_hardware_e2m1_cvt_compiles_for_sm_100a(tmp_path):
-    kernel = compile_source(e2m1_source("sm_100a"), cache=BinaryCache(tmp_path))
+def test_hardware_e2m1_cvt_compiles_for_sm_100f(tmp_path):
+    kernel = compile_source(e2m1_source("sm_100f"), cache=BinaryCache(tmp_path))
     assert_is_cubin(kernel.cubin, "e2m1")
     assert kernel.resources.spill_bytes == 0
-
-
-def test_e2m1_wrapper_is_hidden_without_the_flag(tmp_path):
-    source = expand_includes("ptx/convert.cuh") + E2M1_KERNEL
-    with pytest.raises(CompileError, match="cvt_rn_satfinite_e2m1x2_f32"):
-        compile_source(KernelSource("e2m1", source, "sm_100a"), cache=BinaryCache(tmp_path))
 
 
 # --- the cache --------------------------------------------------------------------------------------------------
@@ -226,7 +221,7 @@ def test_different_sources_and_archs_get_different_keys(tmp_path):
     cache = BinaryCache(tmp_path)
     a = compile_source(tiny_source("a"), cache=cache)
     b = compile_source(tiny_source("b"), cache=cache)
-    a100 = compile_source(tiny_source("a", "sm_100a"), cache=cache)
+    a100 = compile_source(tiny_source("a", "sm_100f"), cache=cache)
     assert len({a.key, b.key, a100.key}) == 3
     assert not b.cache_hit and not a100.cache_hit
     assert a.cubin != a100.cubin
@@ -342,7 +337,7 @@ def test_key_changes_with_source_arch_name_and_options(monkeypatch):
     keys = {
         key_of(src),
         key_of(KernelSource(src.kernel_name, src.source + "\n", src.arch)),
-        key_of(KernelSource(src.kernel_name, src.source, "sm_100a")),
+        key_of(KernelSource(src.kernel_name, src.source, "sm_100f")),
         key_of(KernelSource("other_name", src.source, src.arch)),
     }
     monkeypatch.setattr(compiler, "BASE_OPTIONS", compiler.BASE_OPTIONS + ("-lineinfo",))

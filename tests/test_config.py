@@ -7,7 +7,7 @@ import re
 import pytest
 
 from fp4q.jit import render as codegen
-from fp4q.kernels.quantize import ALIGN_SLACK, QuantizeConfig, SimtConfig, default_config
+from fp4q.kernels.quantize import ALIGN_SLACK, QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.spec import Swizzle
@@ -36,9 +36,9 @@ def test_default_config_is_valid_and_uses_documented_defaults():
 # --- one test per rule: the message names the field, the value and the rule ----------------------------------
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100", "SM_90A", "", None])
+@pytest.mark.parametrize("arch", ["sm_86", "sm_90", "sm_100", "sm_100a", "SM_90A", "", None])
 def test_unsupported_arch(arch):
-    with raises_config("arch must be one of 'sm_90a', 'sm_100a', got", repr(arch)):
+    with raises_config("arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got", repr(arch)):
         QuantizeConfig(arch=arch)
     with raises_config("arch must be one of", repr(arch)):
         SimtConfig(arch=arch)
@@ -46,8 +46,32 @@ def test_unsupported_arch(arch):
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_supported_archs(arch):
-    assert QuantizeConfig(arch=arch).arch == arch
     assert SimtConfig(arch=arch).arch == arch
+    small = QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2, consumer_warpgroups=1)
+    if ARCHS[arch].features.tma:
+        assert small.replace(arch=arch).arch == arch
+    else:
+        with raises_config(f"arch={arch!r} has no TMA, so QuantizeConfig (a TMA kernel) cannot run there"):
+            small.replace(arch=arch)
+
+
+def test_the_default_tma_config_does_not_fit_sm_120f():
+    # four stages of 128x128 bf16 tiles are 128 KiB: sm_120f has 99 KiB per block
+    with raises_config("(num_stages=4, tile 128x128) exceeds the sm_120f limit of 101376 bytes per block"):
+        QuantizeConfig(arch="sm_120f")
+    with raises_config("min_ctas_per_sm=3 CTAs of", "do not fit in the 102400 bytes of one sm_120f SM"):
+        QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2, consumer_warpgroups=1,
+                       min_ctas_per_sm=3, arch="sm_120f")
+
+
+def test_threads_per_sm_of_sm_110f():
+    # Thor has Hopper's shared memory but 1536 threads per SM: three CTAs of 544 threads fit only on Hopper
+    from fp4q.kernels.dequantize import DequantizeConfig
+
+    cfg = DequantizeConfig(consumer_warps=16, min_ctas_per_sm=3)
+    assert cfg.threads == 544 and cfg.arch == "sm_90a"
+    with raises_config("min_ctas_per_sm=3 CTAs of 544 threads exceed 1536 threads per sm_110f SM"):
+        cfg.replace(arch="sm_110f")
 
 
 @pytest.mark.parametrize("value", [8, 64, 0, -16, 16.0])
@@ -178,8 +202,8 @@ def test_shared_memory_over_the_arch_limit():
     with raises_config("shared memory of", "bytes (num_stages=8, tile 128x128) exceeds the sm_90a limit of "
                        f"{ARCHS['sm_90a'].max_smem_per_block} bytes per block"):
         QuantizeConfig(num_stages=8)
-    with raises_config("(num_stages=8, tile 128x128) exceeds the sm_100a limit"):
-        QuantizeConfig(num_stages=8, arch="sm_100a")
+    with raises_config("(num_stages=8, tile 128x128) exceeds the sm_100f limit"):
+        QuantizeConfig(num_stages=8, arch="sm_100f")
     with raises_config("(num_stages=4, tile 256x128) exceeds the sm_90a limit"):
         QuantizeConfig(tile_m=256, num_stages=4)
 
@@ -366,7 +390,7 @@ def _valid_configs():
     out = []
     for tm, tk, st, wg, ob, mc, layout, arch in itertools.product(
         (128, 256), (64, 128, 192, 256, 512), (1, 2, 3, 4, 6), (1, 2, 3), (2, 3), (1, 2, 4),
-        ("swizzled", "linear"), ("sm_90a", "sm_100a"),
+        ("swizzled", "linear"), ("sm_90a", "sm_100f"),
     ):
         try:
             out.append(QuantizeConfig(tile_m=tm, tile_k=tk, num_stages=st, consumer_warpgroups=wg, out_buffers=ob,
@@ -437,22 +461,37 @@ def test_register_split_values(changes, split):
 # --- default_config ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("arch", sorted(a for a in ARCHS if ARCHS[a].features.tma))
 def test_default_config(arch):
     cfg = default_config(arch)
     assert isinstance(cfg, QuantizeConfig) and cfg.arch == arch
     # The measured all-round best on the H200: 128x64 tiles, two stages, one
-    # consumer warpgroup, three CTAs per SM.
-    assert (cfg.tile_m, cfg.tile_k, cfg.num_stages, cfg.consumer_warpgroups, cfg.min_ctas_per_sm) == (128, 64, 2, 1, 3)
+    # consumer warpgroup, three CTAs per SM; two where three do not fit (sm_120f).
+    ctas = 2 if arch == "sm_120f" else 3
+    assert (cfg.tile_m, cfg.tile_k, cfg.num_stages, cfg.consumer_warpgroups, cfg.min_ctas_per_sm) == (128, 64, 2, 1, ctas)
     assert cfg.tile_m * cfg.tile_k // 64 % cfg.consumer_threads == 0
     # valid: rebuilding it from its fields passes validation
     assert QuantizeConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}) == cfg
     assert codegen.render(cfg.spec).arch == arch
 
 
+@pytest.mark.parametrize("arch", sorted(a for a in ARCHS if ARCHS[a].features.tma))
+def test_default_mx_config(arch):
+    cfg = default_mx_config(arch)
+    assert (cfg.sf_vec_size, cfg.tile_k, cfg.num_stages, cfg.consumer_warpgroups) == (32, 128, 2, 1)
+    assert cfg.min_ctas_per_sm == (1 if arch == "sm_120f" else 2)
+
+
+def test_no_default_tma_config_without_tma():
+    with raises_config("arch='sm_80' has no TMA"):
+        default_config("sm_80")
+    with raises_config("arch='sm_80' has no TMA"):
+        default_mx_config("sm_80")
+
+
 def test_default_config_arch_default_and_check():
     assert default_config().arch == "sm_90a"
-    with raises_config("arch must be one of 'sm_90a', 'sm_100a', got 'sm_89'"):
+    with raises_config("arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"):
         default_config("sm_89")
     with raises_config("arch must be one of", "got 'sm_100'"):
         default_config("sm_100")

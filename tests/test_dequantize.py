@@ -23,7 +23,7 @@ from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 from helpers import assert_bytes_equal, random_bf16
 
 gpu = pytest.mark.gpu
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = tuple(ARCHS)
 
 
 def raises_config(*fragments):
@@ -48,7 +48,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("cls", [DequantizeConfig, DequantizeSimtConfig])
 @pytest.mark.parametrize("field, value, message", [
-    ("arch", "sm_80", "arch must be one of 'sm_90a', 'sm_100a', got 'sm_80'"),
+    ("arch", "sm_89", "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"),
     ("fmt", "fp8", "fmt must be one of 'nvfp4', 'mxfp4', got 'fp8'"),
     ("out_dtype", "float16", "out_dtype must be one of 'bfloat16', 'float32', got 'float16'"),
     ("sf_layout", "tiled", "sf_layout must be one of 'swizzled', 'linear', got 'tiled'"),
@@ -101,7 +101,7 @@ def test_shared_memory_limits():
         DequantizeConfig(tile_m=128, tile_k=512, num_stages=16, consumer_warps=16)
     with raises_config("min_ctas_per_sm=4 CTAs of", "bytes of shared memory do not fit"):
         DequantizeConfig(tile_m=256, tile_k=256, num_stages=4, consumer_warps=16, min_ctas_per_sm=4)
-    with raises_config("min_ctas_per_sm=8 CTAs of 288 threads exceed 2048 threads per SM"):
+    with raises_config("min_ctas_per_sm=8 CTAs of 288 threads exceed 2048 threads per sm_90a SM"):
         DequantizeConfig(tile_m=32, min_ctas_per_sm=8)
 
 
@@ -158,7 +158,7 @@ def test_every_code_affecting_field_changes_the_source():
     base = codegen.render(DequantizeConfig().spec).source
     for changes in [dict(tile_m=64), dict(tile_k=256), dict(num_stages=2), dict(consumer_warps=4),
                     dict(min_ctas_per_sm=1), dict(out_dtype="float32"), dict(sf_layout="linear"),
-                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100a")]:
+                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100f")]:
         assert codegen.render(DequantizeConfig(**changes).spec).source != base, changes
 
 
@@ -177,20 +177,24 @@ def test_shipped_configs_are_valid_defaults(name):
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_dequantize_variants_are_in_all_variants(arch):
     variants = dequantize_variants(arch)
-    assert len(variants) == len(DEQUANTIZE) * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: no modes
+    # every config on a target with TMA (all fit), only the plain kernel without
+    bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else 1
+    assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: no modes
     everything = all_variants(arch)
     for name, cfg in variants.items():
         assert everything[name] == cfg and cfg.arch == arch
     assert len(set(variants.values())) == len(variants)
-    assert DequantizeConfig(arch=arch) in variants.values()
+    assert DequantizeSimtConfig(arch=arch) in variants.values()
+    if ARCHS[arch].features.tma:
+        assert DequantizeConfig(arch=arch) in variants.values()
 
 
 VARIANTS = [(arch, name, cfg) for arch in ARCH_LIST for name, cfg in dequantize_variants(arch).items()]
 
 
 @pytest.mark.parametrize("arch, name, cfg", VARIANTS, ids=[f"{a}-{n}" for a, n, _ in VARIANTS])
-def test_variant_compiles_without_spills(arch, name, cfg):
-    kernel = compile_source(codegen.render(cfg.spec))
+def test_variant_compiles_without_spills(arch, name, cfg, variants_cache):
+    kernel = compile_source(codegen.render(cfg.spec), cache=variants_cache)
     assert kernel.cubin[:4] == b"\x7fELF"
     assert f"Compiling entry function '{kernel.kernel_name}' for '{arch}'" in kernel.log
     res = kernel.resources

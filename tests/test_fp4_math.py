@@ -1,19 +1,23 @@
 """The numerics header on the GPU, step by step, against the reference:
 the software e2m1 conversion of sm_90a over hand-picked and random float32
-bit patterns, and the e4m3 scale / inverse computation."""
+bit patterns, and the e4m3 scale / inverse computation; on a Hopper GPU
+also the pre-Hopper build (software e2m1 and e4m3, sm_80's flags compiled
+for sm_90a). Without a GPU: the software e4m3 formulas of
+numerics/e4m3.cuh, transcribed to numpy, against the reference."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
 
+from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.numerics import reference
 
 gpu = pytest.mark.gpu
+BUILDS = ["device", EMULATED_SM_80]
 
 
-def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
+def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "device"):
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
     from fp4q.jit.loader import get_kernel
@@ -21,7 +25,9 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float):
     from fp4q.ops.plans import KernelLaunch
 
     dev = driver.device(cp.cuda.Device().id)
-    spec = numerics_probe_spec(dev.arch)
+    if build != "device" and dev.arch != "sm_90a":
+        pytest.skip(f"the {build} build is compiled for sm_90a; this device's target is {dev.arch}")
+    spec = numerics_probe_spec(dev.arch if build == "device" else build)
     kernel = get_kernel(spec, dev.ordinal)
     pairs = len(v) // 2
     vd, ad = cp.asarray(v), cp.asarray(amax)
@@ -48,10 +54,11 @@ def _interesting_floats(rng) -> np.ndarray:
 
 
 @gpu
-def test_e2m1_conversion_bit_exact():
+@pytest.mark.parametrize("build", BUILDS)
+def test_e2m1_conversion_bit_exact(build):
     rng = np.random.default_rng(0)
     v = _interesting_floats(rng)
-    codes, _, _ = _probe(v, np.zeros_like(v), 1.0)
+    codes, _, _ = _probe(v, np.zeros_like(v), 1.0, build)
     nibbles = reference.e2m1_encode(v).astype(np.uint32).reshape(-1, 8)
     want = (nibbles << (4 * np.arange(8, dtype=np.uint32))).sum(axis=1, dtype=np.uint32)
     bad = np.flatnonzero(codes != want)
@@ -59,12 +66,17 @@ def test_e2m1_conversion_bit_exact():
 
 
 @gpu
-@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0])
-def test_scale_and_inverse_bit_exact(tensor_sf):
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("tensor_sf", [1.0, 0.37, 2.0**-126, 2.0**100, 448.0, -0.37])  # negative: signed bytes
+def test_scale_and_inverse_bit_exact(tensor_sf, build):
     rng = np.random.default_rng(1)
     amax = np.abs(rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32))
     amax[:8] = [0, np.inf, np.nan, 1e-45, 6 * 448, 3e38, 1e-30, 6]
-    _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf)
+    # every float32 around the e4m3 grid's ties and its saturation and subnormal edges
+    edges = np.float32(np.array([448, 464, 480, 2.0**-6, 2.0**-9, 2.0**-10, 1.5 * 2.0**-9], np.float32) * 6)
+    near = np.concatenate([np.nextafter(edges, np.float32(0)), edges, np.nextafter(edges, np.float32(np.inf))])
+    amax[8 : 8 + len(near)] = near
+    _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf, build)
     tsf = np.float32(tensor_sf)
     with np.errstate(all="ignore"):
         want_sf = reference.e4m3_encode(tsf * (amax * reference.R6))
@@ -77,3 +89,65 @@ def test_scale_and_inverse_bit_exact(tensor_sf):
     np.testing.assert_array_equal(np.isnan(inv), np.isnan(want_inv))
     finite = ~np.isnan(want_inv)
     np.testing.assert_array_equal(inv[finite].view(np.uint32), want_inv[finite].view(np.uint32))
+
+
+# --- the software e4m3 conversions, on the CPU ------------------------------------------------------------------
+# numpy transcriptions of software_e4m3 and software_e4m3_value (numerics/e4m3.cuh), step for step: float32
+# arithmetic rounds to nearest even without flushing subnormals, as the device's add.rn / mul.rn do, and
+# np.fmin drops NaN as min.f32 does.
+
+
+def software_e4m3(s: np.ndarray) -> np.ndarray:
+    s = np.asarray(s, np.float32)
+    a = np.fmin(np.abs(s), np.float32(448))
+    bits = a.view(np.uint32)
+    with np.errstate(over="ignore"):
+        subnormal = (a + np.float32(2**14)).view(np.uint32) - np.float32(2**14).view(np.uint32)
+        normal = ((bits + np.uint32(0x7FFFF) + ((bits >> 20) & 1)) >> 20) - np.uint32(120 << 3)
+    code = np.where(a < np.float32(2**-6), subnormal, normal)
+    signed = ((s.view(np.uint32) >> 24) & 0x80) | code
+    return np.where(np.isnan(s), 0x7F, signed).astype(np.uint8)
+
+
+def software_e4m3_value(byte: np.ndarray) -> np.ndarray:
+    b = np.asarray(byte, np.uint32)
+    bits = ((b & 0x7F) << 20) | ((b & 0x80) << 24)
+    value = bits.view(np.float32) * np.float32(2**120)
+    return np.where((b & 0x7F) == 0x7F, np.float32(np.nan), value)
+
+
+def _e4m3_inputs() -> np.ndarray:
+    """Every e4m3 value and every midpoint between neighbours (the ties), each with its float32 neighbours;
+    the saturation and subnormal edges; +-0, +-Inf, NaNs of both signs and several payloads, float32
+    subnormals; and random bit patterns."""
+    grid = reference.e4m3_decode(np.arange(0x7F, dtype=np.uint8)).astype(np.float64)
+    ties = (grid[:-1] + grid[1:]) / 2  # exact in float32: one bit more than e4m3
+    edges = np.array([448, 464, 480, 2**-6, 2**-9, 2**-10, 3 * 2**-11, 3e38], np.float64)
+    points = np.concatenate([grid, ties, edges]).astype(np.float32)
+    near = np.concatenate([points, np.nextafter(points, np.float32(np.inf)), np.nextafter(points, np.float32(0))])
+    specials = np.array([0, np.inf, 1e-45, 1e-40, 1.1754942e-38], np.float32)
+    nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFC00000, 0xFF800001], np.uint32).view(np.float32)
+    fixed = np.concatenate([near, specials])
+    random_bits = np.random.default_rng(2).integers(0, 2**32, size=1 << 22, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([fixed, -fixed, nans, random_bits.view(np.float32)])
+
+
+def test_software_e4m3_encode_is_the_reference():
+    s = _e4m3_inputs()
+    got, want = software_e4m3(s), reference.e4m3_encode(s)
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, [(s[i], hex(s.view(np.uint32)[i]), hex(got[i]), hex(want[i])) for i in bad[:8]]
+
+
+def test_software_e4m3_value_is_the_reference():
+    byte = np.arange(256, dtype=np.uint8)
+    got, want = software_e4m3_value(byte), reference.e4m3_decode(byte)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+
+
+def test_software_e4m3_round_trips_every_byte():
+    byte = np.arange(256, dtype=np.uint8)
+    nan = (byte & 0x7F) == 0x7F
+    np.testing.assert_array_equal(software_e4m3(software_e4m3_value(byte))[~nan], byte[~nan])

@@ -15,12 +15,13 @@ from fp4q.jit.compiler import compile_source
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
 from fp4q.numerics.layouts import swizzled_sf_shape
+from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.variants import GLOBAL_SCALE, all_variants
 
 from helpers import assert_bytes_equal, bf16_bits, edge_groups, random_bf16
 
 gpu = pytest.mark.gpu
-ARCH_LIST = ("sm_90a", "sm_100a")
+ARCH_LIST = tuple(ARCHS)
 
 
 def raises_config(*fragments):
@@ -37,7 +38,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("cls", [AmaxConfig, GlobalScaleConfig])
 def test_shared_rules(cls):
-    with raises_config("arch must be one of 'sm_90a', 'sm_100a', got 'sm_89'"):
+    with raises_config("arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"):
         cls(arch="sm_89")
     with raises_config("threads must be one of 128, 256, 512, 1024, got 96"):
         cls(threads=96)
@@ -69,8 +70,8 @@ def test_render_amax(vector, dtype):
 
 
 def test_render_global_scale():
-    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100a").spec)
-    assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100a")
+    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100f").spec)
+    assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100f")
     assert "constexpr int SCALE_THREADS = 128;" in prelude(src.source)
     assert "div_rn(2688.0f, amax)" in src.source  # the spec's correctly rounded division
 
@@ -86,8 +87,8 @@ def test_global_scale_kernels_are_in_all_variants(arch):
 
 @pytest.mark.parametrize("arch", ARCH_LIST)
 @pytest.mark.parametrize("name", sorted(GLOBAL_SCALE))
-def test_compiles_without_spills(arch, name):
-    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch).spec))
+def test_compiles_without_spills(arch, name, variants_cache):
+    kernel = compile_source(codegen.render(GLOBAL_SCALE[name].replace(arch=arch).spec), cache=variants_cache)
     assert kernel.cubin[:4] == b"\x7fELF"
     assert kernel.resources.spill_bytes == 0 and kernel.resources.stack_bytes == 0, kernel.log
     assert "warning" not in kernel.log.lower(), kernel.log

@@ -10,6 +10,7 @@ import types
 import pytest
 
 from fp4q.jit import loader
+from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 
 cu = pytest.importorskip("cuda.bindings.driver")
@@ -52,5 +53,13 @@ def test_get_kernel_compiles_loads_once_and_returns_without_deadlock(fake_device
 
 
 def test_a_kernel_for_another_target_is_refused(fake_device):
-    with pytest.raises(ValueError, match="built for 'sm_100a' but device 0 \\(Fake H200\\) needs 'sm_90a'"):
-        loader.get_kernel(QuantizeConfig(arch="sm_100a").spec, 0)
+    with pytest.raises(ValueError, match="built for 'sm_100f' but device 0 \\(Fake H200\\) needs 'sm_90a'"):
+        loader.get_kernel(QuantizeConfig(arch="sm_100f").spec, 0)
+
+
+def test_the_emulated_sm_80_build_loads_on_an_sm_90a_device(fake_device):
+    # the loader compares compile targets, not names: sm_80's kernels compiled for sm_90a run there
+    spec = SimtConfig(arch=EMULATED_SM_80).spec
+    kernel = loader.get_kernel(spec, 0)
+    assert kernel.spec is spec and kernel.compiled.cubin[:4] == b"\x7fELF"
+    assert fake_device == ["load", spec.name.encode()]

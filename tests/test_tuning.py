@@ -63,9 +63,9 @@ def test_large_inputs_choose_the_table_or_default(m, k):
 
 
 def test_arch_without_a_table_uses_the_default_rule():
-    assert tuning.vector_max_elements("sm_100a") == tuning.VECTOR_MAX_ELEMENTS
-    assert tuning.choose_config(16, 4096, "sm_100a").vector
-    assert tuning.choose_config(8192, 8192, "sm_100a") == default_config("sm_100a")
+    assert tuning.vector_max_elements("sm_100f") == tuning.VECTOR_MAX_ELEMENTS
+    assert tuning.choose_config(16, 4096, "sm_100f").vector
+    assert tuning.choose_config(8192, 8192, "sm_100f") == default_config("sm_100f")
 
 
 def test_table_crossover_is_used(table_file):

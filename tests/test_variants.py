@@ -6,13 +6,17 @@ import re
 import pytest
 
 from fp4q.jit import render as codegen
-from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.archs import ARCHS, EMULATED_SM_80, fits
+from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError
-from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.spec import Swizzle
-from fp4q.kernels.variants import SHIPPED_MX, SHIPPED, SIMT, all_variants
+from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted
 
 S = Swizzle
+TMA_ARCHS = sorted(a for a in ARCHS if ARCHS[a].features.tma)
 
 
 def quantize_variants(arch):
@@ -30,9 +34,12 @@ def test_shipped_config_is_valid(name):
     cfg = SHIPPED[name]
     assert isinstance(cfg, QuantizeConfig)
     assert rebuilt(cfg) == cfg
-    for arch in ARCHS:
+    for arch in TMA_ARCHS:
+        fit = fitted(cfg, arch)
+        if fit is None:
+            continue
         for layout in ("swizzled", "linear"):
-            assert cfg.replace(arch=arch, sf_layout=layout).smem.total <= ARCHS[arch].max_smem_per_block
+            assert fit.replace(sf_layout=layout).smem.total <= ARCHS[arch].max_smem_per_block
 
 
 @pytest.mark.parametrize("name", sorted(SIMT))
@@ -119,39 +126,104 @@ def test_tuned_table_configs_are_compiled_variants():
     assert set(tuned_table("sm_90a").values()) <= compiled
 
 
+def expected_bases(arch):
+    """What all_variants(arch) should ship before layouts and modes: each SHIPPED(_MX) config fitted
+    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes and,
+    for MXFP4, both rounding modes."""
+    out = set()
+    if ARCHS[arch].features.tma:
+        out |= {fit for cfg in {**SHIPPED, **SHIPPED_MX}.values() if (fit := fitted(cfg, arch)) is not None}
+        choosable = [*tuned_table(arch).values(), default_config(arch), default_mx_config(arch)]
+    else:
+        choosable = []
+    for cfg in choosable + [c.replace(arch=arch) for c in SIMT.values()]:
+        for dtype in ("bfloat16", "float16"):
+            for mode in ("rceil", "floor") if cfg.sf_vec_size == 32 else ("rceil",):
+                out.add(cfg.replace(input_dtype=dtype, mx_mode=mode))
+    return out
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_all_variants(arch):
     out = quantize_variants(arch)
-    base = {**SHIPPED, **SHIPPED_MX, **SIMT}
-    for name, cfg in base.items():
-        modes = ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",)
+    want = set()
+    for cfg in expected_bases(arch):
         for layout in ("swizzled", "linear"):
-            for mode in modes:
-                v = out[f"{name}/{layout}/{mode}"]
-                assert type(v) is type(cfg)
-                assert (v.arch, v.sf_layout, v.tensor_sf_mode) == (arch, layout, mode)
-                # everything else is the shipped config
-                assert v.replace(arch="sm_90a", sf_layout="swizzled", tensor_sf_mode="value") == cfg
-    assert set(out) - {n for n in out if n.startswith("tuned_")} == {
-        f"{n}/{layout}/{mode}" for n, c in base.items() for layout in ("swizzled", "linear")
-        for mode in (("value", "pointer") if c.sf_vec_size == 16 else ("value",))}
+            for mode in ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",):
+                want.add(cfg.replace(sf_layout=layout, tensor_sf_mode=mode))
+    assert set(out.values()) == want
     assert len(set(out.values())) == len(out)
+    for name, cfg in out.items():
+        base, layout, mode = name.split("/")
+        assert (cfg.arch, cfg.sf_layout, cfg.tensor_sf_mode) == (arch, layout, mode)
+        assert ("_fp16" in base) == (cfg.input_dtype == "float16"), name
+    # the named configs keep their names where they fit unchanged
+    for name, cfg in {**SHIPPED, **SHIPPED_MX, **SIMT}.items():
+        if isinstance(cfg, SimtConfig) or fits(cfg, arch):
+            assert out[f"{name}/swizzled/value"] == cfg.replace(arch=arch)
+
+
+@pytest.mark.parametrize("arch", TMA_ARCHS)
+def test_fitted_configs_are_the_largest_that_fit(arch):
+    for name, cfg in {**SHIPPED, **SHIPPED_MX}.items():
+        fit = fitted(cfg, arch)
+        if fits(cfg, arch):
+            assert fit == cfg.replace(arch=arch), name
+            continue
+        # every (stages, CTAs) tried before the fit, fewer CTAs first, does not fit
+        tried = [(s, c) for s in range(cfg.num_stages, MIN_FITTED_STAGES - 1, -1)
+                 for c in range(cfg.min_ctas_per_sm, 0, -1)]
+        found = (fit.num_stages, fit.min_ctas_per_sm) if fit else None
+        for stages, ctas in tried:
+            if (stages, ctas) == found:
+                break
+            assert not fits(cfg.replace(num_stages=stages, min_ctas_per_sm=ctas), arch), (name, stages, ctas)
+        if fit is not None:
+            assert rebuilt(fit) == fit and fit.arch == arch
+
+
+def test_what_sm_120f_ships():
+    # 100 KB of shared memory per SM: everything runs fewer CTAs or stages, and the tiles of
+    # 64 KiB per stage or more (k256, m256, k192 with three warpgroups) are left out
+    names = {n.split("/")[0] for n in quantize_variants("sm_120f")}
+    assert "m128_k128_s2" in {n for n, c in SHIPPED.items() if fits(c, "sm_120f")}
+    assert not any(n.startswith(("m128_k256", "m256_k128", "m128_k192")) for n in names)
+    assert "m128_k64_s6_wg1_fit_s5_1cta" in names
+    assert "m128_k64_s2_wg1_3cta_fit_s2_2cta" in names  # the default's shape, two CTAs
+    for cfg in quantize_variants("sm_120f").values():
+        assert isinstance(cfg, SimtConfig) or cfg.smem.total <= 101376
+
+
+@pytest.mark.parametrize("arch", ["sm_80", EMULATED_SM_80])
+def test_pre_hopper_ships_only_simt_and_global_scale(arch):
+    out = all_variants(arch)
+    kinds = {type(c) for c in out.values()}
+    assert kinds == {SimtConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig}
+    assert set(SIMT) <= {n.split("/")[0] for n in out if isinstance(out[n], SimtConfig)}
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_all_variants_cover_both_layouts_and_modes(arch):
-    out = quantize_variants(arch)
-    by_base = {}
-    for name, cfg in out.items():
-        base, layout, mode = name.split("/")
-        by_base.setdefault(base, set()).add((cfg.sf_layout, cfg.tensor_sf_mode))
-        assert cfg.sf_vec_size in (16, 32)
-    nvfp4 = {("swizzled", "value"), ("swizzled", "pointer"), ("linear", "value"), ("linear", "pointer")}
-    for base, combos in by_base.items():
-        mx = base.startswith("mx_")
-        assert combos == ({c for c in nvfp4 if c[1] == "value"} if mx else nvfp4), base
+@pytest.mark.parametrize("m, k", [(1, 32), (16, 4096), (128, 8192), (1024, 1024), (4096, 4096), (8192, 8192),
+                                  (100000, 96), (300, 16384)])
+def test_chosen_configs_are_shipped(arch, m, k):
+    # what a call without config= runs: choose_config's pick, or the SIMT fallbacks for shapes and
+    # pointers the pick cannot serve, in the call's input dtype, MXFP4 mode, layout and tensor_sf mode
+    shipped = set(quantize_variants(arch).values())
+    for sf_vec_size in (16, 32):
+        picks = [choose_config(m, k, arch, sf_vec_size), SimtConfig(sf_vec_size=sf_vec_size, arch=arch),
+                 SimtConfig(sf_vec_size=sf_vec_size, vector=True, arch=arch)]
+        if not ARCHS[arch].features.tma:
+            assert isinstance(picks[0], SimtConfig) and picks[0].vector
+        for cfg in picks:
+            for dtype in ("bfloat16", "float16"):
+                for mx_mode in ("rceil", "floor") if sf_vec_size == 32 else ("rceil",):
+                    for layout in ("swizzled", "linear"):
+                        for mode in ("value", "pointer") if sf_vec_size == 16 else ("value",):
+                            call = cfg.replace(input_dtype=dtype, mx_mode=mx_mode, sf_layout=layout,
+                                               tensor_sf_mode=mode)
+                            assert call in shipped, call
 
 
 def test_all_variants_rejects_unknown_arch():
     with pytest.raises(ConfigError, match="arch must be one of"):
-        all_variants("sm_80")
+        all_variants("sm_89")

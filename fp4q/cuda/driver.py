@@ -92,7 +92,8 @@ class Device:
 
     @property
     def arch(self) -> str:
-        return target_for(self.compute_capability)
+        """The compile target of this device; ``UnsupportedDeviceError`` where fp4q has none."""
+        return target_for(self.compute_capability, f"{self.name} [device {self.ordinal}]")
 
 
 _device_lock = threading.Lock()

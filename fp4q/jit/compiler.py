@@ -1,9 +1,14 @@
 """NVRTC compilation of rendered source to a cubin, through the binary cache.
 
-Always a cubin for an exact ``sm_XXa`` target, never PTX: the driver on a
-serving machine may be older than NVRTC and could not JIT newer PTX. No
-fast-math and no flush-to-zero (the spec needs denormals), no FMA
+Always a cubin for the target's exact architecture (``sm_80``, ``sm_90a``, or
+a family such as ``sm_100f``; see ``fp4q.kernels.archs``), never PTX: the
+driver on a serving machine may be older than NVRTC and could not JIT newer
+PTX. No fast-math and no flush-to-zero (the spec needs denormals), no FMA
 contraction (the spec's roundings are explicit).
+
+``FP4Q_DISABLE_JIT=1`` forbids compiling: a cubin missing from the cache
+raises ``JitDisabledError`` instead of a compile (``python -m fp4q
+precompile`` fills the cache ahead of time).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from .. import _version
+from ..kernels.archs import ARCHS, target
 from .cache import BinaryCache, cache_key
 from .render import KernelSource
 
@@ -35,12 +41,31 @@ _META = struct.Struct("<I")
 
 
 class CompileError(RuntimeError):
-    """NVRTC rejected a program; carries the log and the offending source."""
+    """A kernel could not be compiled; where NVRTC rejected the program, carries its log and source."""
 
-    def __init__(self, message: str, log: str, source: str) -> None:
-        super().__init__(f"{message}\n--- NVRTC log ---\n{log}")
+    def __init__(self, message: str, log: str = "", source: str | None = None) -> None:
+        super().__init__(f"{message}\n--- NVRTC log ---\n{log}" if log else message)
         self.log = log
         self.source = source
+
+
+class NvrtcError(CompileError):
+    """An NVRTC API call failed (not the program: NVRTC itself, its options or its resources)."""
+
+
+class JitDisabledError(CompileError):
+    """``FP4Q_DISABLE_JIT=1`` and the cache holds no cubin for a kernel that is needed."""
+
+
+DISABLE_JIT_ENV = "FP4Q_DISABLE_JIT"
+
+
+def jit_disabled() -> bool:
+    """Whether ``FP4Q_DISABLE_JIT`` forbids compiling (read on every cache miss: it may change at run time)."""
+    value = os.environ.get(DISABLE_JIT_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{DISABLE_JIT_ENV} must be '0' or '1' (or unset), got {value!r}")
+    return value == "1"
 
 
 @dataclass(frozen=True)
@@ -104,11 +129,11 @@ def nvrtc_version() -> tuple[int, int]:
 def _check(nvrtc, err, what: str) -> None:
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         _, text = nvrtc.nvrtcGetErrorString(err)
-        raise RuntimeError(f"{what} failed: {text.decode(errors='replace')}")
+        raise NvrtcError(f"{what} failed: {text.decode(errors='replace')}")
 
 
 def _options(arch: str) -> tuple[str, ...]:
-    return (f"--gpu-architecture={arch}",) + BASE_OPTIONS
+    return (f"--gpu-architecture={target(arch).gpu_architecture}",) + BASE_OPTIONS
 
 
 def _nvrtc_compile(src: KernelSource) -> tuple[bytes, str]:
@@ -159,10 +184,9 @@ def default_cache() -> BinaryCache:
         return _default_cache
 
 
-def compile_source(src: KernelSource, cache: BinaryCache | None = None) -> CompiledKernel:
-    """Compile (or fetch from the cache) the cubin of ``src``."""
-    cache = default_cache() if cache is None else cache
-    key = cache_key(
+def kernel_key(src: KernelSource) -> str:
+    """The cache key of ``src``'s cubin: source, options, target, NVRTC and fp4q versions, kernel name."""
+    return cache_key(
         source=src.source,
         options=_options(src.arch),
         arch=src.arch,
@@ -170,16 +194,52 @@ def compile_source(src: KernelSource, cache: BinaryCache | None = None) -> Compi
         package_version=_version.__version__,
         name=src.kernel_name,
     )
+
+
+def unpack_cubin(payload: bytes) -> bytes | None:
+    """The cubin of a cache payload, or None where the payload is not one of ours."""
+    try:
+        return _unpack(payload)[0]
+    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def compile_source(src: KernelSource, cache: BinaryCache | None = None, *, variant=None) -> CompiledKernel:
+    """Compile (or fetch from the cache) the cubin of ``src``; ``variant`` (its config) names it in errors."""
+    cache = default_cache() if cache is None else cache
+    key = kernel_key(src)
     start = time.perf_counter()
-    payload, hit = cache.get_or_build(key, lambda: _pack(*_nvrtc_compile(src)))
+    payload, hit = cache.get_or_build(key, lambda: _build(src, cache, variant))
     try:
         cubin, log = _unpack(payload)
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError):
         # A payload that passed the cache's checksum but is not ours: rebuild.
-        payload = _pack(*_nvrtc_compile(src))
+        payload = _build(src, cache, variant)
         cache.put(key, payload)
         cubin, log, hit = *_unpack(payload), False
     return CompiledKernel(src.kernel_name, src.arch, key, cubin, log, hit, time.perf_counter() - start)
+
+
+def _build(src: KernelSource, cache: BinaryCache, variant) -> bytes:
+    if jit_disabled():
+        raise JitDisabledError(_jit_disabled_message(src, cache, variant))
+    return _pack(*_nvrtc_compile(src))
+
+
+def _jit_disabled_message(src: KernelSource, cache: BinaryCache, variant) -> str:
+    from ..kernels.variants import all_variants
+
+    what = repr(variant) if variant is not None else f"kernel {src.kernel_name}"
+    command = f"FP4Q_CACHE_DIR={cache.directory} python -m fp4q precompile --arch {src.arch}"
+    shipped = variant is not None and src.arch in ARCHS and variant in {c.spec for c in all_variants(src.arch).values()}
+    if shipped:
+        how = f"build it ahead of time with: {command}"
+    else:
+        how = (f"it is not a shipped variant, so precompile does not build it: run this call once with "
+               f"{DISABLE_JIT_ENV} unset and the same FP4Q_CACHE_DIR (shipped variants: {command})")
+    return (f"{DISABLE_JIT_ENV}=1 forbids compiling, and the kernel cache {cache.directory} has no cubin for "
+            f"{what} on target {src.arch} (NVRTC {'-'.join(map(str, compiler_identity()))}, fp4q "
+            f"{_version.__version__}); {how}")
 
 
 _NUM = r"(\d+)"

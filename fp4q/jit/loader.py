@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from ..cuda.driver import Device, check, device, driver_api, in_context
+from ..kernels.archs import target
 from ..kernels.spec import KernelSpec
 from .compiler import CompiledKernel, compile_source, default_cache
 from .render import render
@@ -37,7 +38,7 @@ def compiled(spec: KernelSpec) -> CompiledKernel:
     if found is None:
         # No lock: get_kernel calls this while holding _lock, and two threads that
         # compile one spec at once get the same bytes (setdefault keeps the first).
-        found = _compiled.setdefault(spec, compile_source(render(spec)))
+        found = _compiled.setdefault(spec, compile_source(render(spec), variant=spec))
     return found
 
 
@@ -75,7 +76,7 @@ def kernel_cache_stats() -> dict:
 
 
 def _load(spec: KernelSpec, dev: Device) -> LoadedKernel:
-    if spec.arch != dev.arch:
+    if target(spec.arch).gpu_architecture != target(dev.arch).gpu_architecture:
         raise ValueError(f"the kernel is built for {spec.arch!r} but device {dev.ordinal} ({dev.name}) needs "
                          f"{dev.arch!r}")
     kernel = compiled(spec)

@@ -1,9 +1,9 @@
 """Render the CUDA source of one kernel from its spec.
 
 Templates in ``ptx_templates/`` hold all logic; rendering only writes the
-spec's feature flags and constants as ``constexpr`` ahead of the kernel
-template and then inlines the ``#include "..."`` lines (paths relative to
-the template root). The result is one
+target's feature flags, the spec's flags and its constants as ``constexpr``
+ahead of the kernel template and then inlines the ``#include "..."`` lines
+(paths relative to the template root). The result is one
 self-contained translation unit: NVRTC needs no include path, and the text
 that is hashed for the binary cache is exactly the text that is compiled, so
 a header edit always changes the key.
@@ -17,7 +17,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from ..kernels.archs import ARCHS
+from ..kernels.archs import target
 from ..kernels.spec import KernelSpec
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
@@ -85,11 +85,18 @@ def _flag_line(name: str, value: bool) -> str:
     return f"constexpr bool {name} = {'true' if value else 'false'};"
 
 
+def feature_flags(arch: str) -> str:
+    """The ``FP4Q_HAS_*`` lines of target ``arch``: each a ``constexpr bool``, including those naming an
+    instruction the target's ptxas rejects, because the front end drops a discarded ``if constexpr``
+    branch (its asm never reaches ptxas; ``tests/test_ptx.py`` checks that it stays so). A kernel
+    uses only some of them, hence ``[[maybe_unused]]``."""
+    return "".join(f"[[maybe_unused]] constexpr bool {name} = {'true' if value else 'false'};\n"
+                   for name, value in target(arch).features.flags().items())
+
+
 def _prelude(spec: KernelSpec) -> str:
-    lines = [f"// fp4q generated: {spec.name} for {spec.arch}"]
+    lines = [f"// fp4q generated: {spec.name} for {spec.arch}", feature_flags(spec.arch).rstrip("\n")]
     lines += [_flag_line(name, value) for name, value in spec.flags]
-    if ARCHS[spec.arch].has_cvt_e2m1:
-        lines.append("#define FP4Q_HAS_CVT_E2M1 1")
     for name, value in spec.constants:
         lines.append(f"constexpr int {name} = {int(value)};")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .archs import ARCHS, check_arch, check_fits_sm
+from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
 from .rules import ConfigError, align_up, check_choice, check_int, require
 from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, params
 
@@ -291,19 +291,28 @@ def default_config(arch: str = "sm_90a") -> QuantizeConfig:
     128x64 tiles, two stages, one consumer warpgroup and three CTAs per SM
     was the best or within 2% of the best for every shape class of the
     H200 sweep (docs/sweep_h200.csv): many small CTAs hide latency better
-    than a few deep pipelines.
+    than a few deep pipelines. Where three do not fit one SM (sm_120f's
+    100 KB of shared memory) it runs as many as fit.
     """
     check_arch(arch)
-    return QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=Swizzle.B32, num_stages=2,
-                          consumer_warpgroups=1, min_ctas_per_sm=3, arch=arch)
+    cfg = QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=Swizzle.B32, num_stages=2,
+                         consumer_warpgroups=1, min_ctas_per_sm=1, arch=arch)
+    return _most_ctas(cfg, 3)
+
+
+def _most_ctas(cfg: QuantizeConfig, most: int) -> QuantizeConfig:
+    """``cfg`` with ``most`` CTAs per SM, or as many as its target's SM holds."""
+    return cfg.replace(min_ctas_per_sm=min(most, max_ctas_per_sm(cfg.smem.total, cfg.threads, cfg.arch)))
 
 
 def default_mx_config(arch: str = "sm_90a") -> QuantizeConfig:
     """The MXFP4 config when none is given: 128x128 tiles (whole 128x4 scale
     blocks of 32-element groups), two stages, one consumer warpgroup, two
-    CTAs per SM, the NVFP4 sweep's all-round shape scaled to the MXFP4 block."""
+    CTAs per SM, the NVFP4 sweep's all-round shape scaled to the MXFP4 block
+    (one CTA where two do not fit, as on sm_120f)."""
     check_arch(arch)
-    return QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=2, arch=arch)
+    return _most_ctas(QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=1,
+                                     arch=arch), 2)
 
 
 NUMERICS_PROBE_PARAMS = params(

@@ -1,5 +1,6 @@
 """Which config to run for a shape: the measured table for the GPU's arch
-(written by ``scripts/sweep.py --write-tuned``), else a heuristic."""
+(written by ``scripts/sweep.py --write-tuned``; only sm_90a has one), else a
+heuristic. Targets without TMA (sm_80) always run the vector SIMT kernel."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import json
 import pathlib
 
+from .archs import target
 from .rules import ConfigError
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 
@@ -86,8 +88,8 @@ def vector_max_elements(arch: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeConfig | SimtConfig:
     """The config for an ``m x k`` input: the vector kernel for small inputs, else the
-    tuned (NVFP4) or default TMA config."""
-    if m * k < vector_max_elements(arch):
+    tuned (NVFP4) or default TMA config; the vector kernel for every input where ``arch`` has no TMA."""
+    if m * k < vector_max_elements(arch) or not target(arch).features.tma:
         return SimtConfig(threads=VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size, arch=arch)
     if sf_vec_size == 32:
         return default_mx_config(arch)

@@ -1,10 +1,19 @@
 """The configs fp4q ships: the tuned defaults plus one per tuning axis, so
 every swizzle mode, box shape and pipeline option is compiled in CI and
-exercised on the GPU."""
+exercised on the GPU.
+
+Each target ships these configs fitted to it (``fitted``): on sm_120f (100 KB
+of shared memory per SM) a config that does not fit runs fewer CTAs per SM,
+then fewer stages, and the tiles too large for two stages are left out. The
+pre-Hopper target (no TMA) ships only the SIMT quantizers, the SIMT
+dequantizer and the global-scale kernels.
+"""
 
 from __future__ import annotations
 
-from .quantize import QuantizeConfig, SF_LAYOUTS, SimtConfig
+from .archs import fits, target
+from .quantize import (INPUT_DTYPES, MX_MODES, QuantizeConfig, SF_LAYOUTS, SimtConfig, default_config,
+                       default_mx_config)
 from .spec import Swizzle
 from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
 from .global_scale import AmaxConfig, GlobalScaleConfig
@@ -55,6 +64,7 @@ SIMT: dict[str, SimtConfig] = {
     "mx_simt_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor"),
     "vec_128": SimtConfig(threads=128, vector=True),
     "vec_256": SimtConfig(vector=True),
+    "mx_vec_128": SimtConfig(threads=128, sf_vec_size=32, vector=True),
     "mx_vec_256": SimtConfig(sf_vec_size=32, vector=True),
     "mx_vec_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor", vector=True),
 }
@@ -81,10 +91,44 @@ GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig] = {
 }
 
 
+MIN_FITTED_STAGES = 2  # fewer would leave the TMA load of one tile no other to overlap with
+
+
+def fitted(cfg, arch: str):
+    """``cfg`` for ``arch``: as it is where it fits, else with fewer CTAs per SM, then fewer
+    stages (down to two), until it fits; None where nothing does."""
+    for stages in range(cfg.num_stages, min(cfg.num_stages, MIN_FITTED_STAGES) - 1, -1):
+        for ctas in range(cfg.min_ctas_per_sm, 0, -1):
+            candidate = cfg.replace(num_stages=stages, min_ctas_per_sm=ctas)
+            if fits(candidate, arch):
+                return candidate.replace(arch=arch)
+    return None
+
+
+def _tma_bases(configs: dict, arch: str) -> dict:
+    """The TMA configs of ``configs`` fitted to ``arch`` (``fitted``): first those that fit as
+    they are, then the changed ones, named ``{name}_fit_s{stages}_{ctas}cta`` (so that where
+    a changed config equals an unchanged one, the unchanged name is kept); none without TMA."""
+    if not target(arch).features.tma:
+        return {}
+    unchanged, changed = {}, {}
+    for name, cfg in configs.items():
+        fit = fitted(cfg, arch)
+        if fit is None:
+            continue
+        if (fit.num_stages, fit.min_ctas_per_sm) == (cfg.num_stages, cfg.min_ctas_per_sm):
+            unchanged[name] = fit
+        else:
+            changed[f"{name}_fit_s{fit.num_stages}_{fit.min_ctas_per_sm}cta"] = fit
+    return {**unchanged, **changed}
+
+
 def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSimtConfig]:
     """Every dequantization config for ``arch``, named ``base/fmt/out_dtype/sf_layout/tensor_sf_mode``."""
+    tma = {n: c for n, c in DEQUANTIZE.items() if isinstance(c, DequantizeConfig)}
+    bases = {**_tma_bases(tma, arch), **{n: c for n, c in DEQUANTIZE.items() if n not in tma}}
     out = {}
-    for name, cfg in DEQUANTIZE.items():
+    for name, cfg in bases.items():
         for fmt in FORMATS:
             for dtype in OUT_DTYPES:
                 for layout in SF_LAYOUTS:
@@ -94,21 +138,45 @@ def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSim
     return out
 
 
-def tuned_variants() -> dict[str, QuantizeConfig]:
-    """The configs of the shipped tuned tables, by shape class."""
-    from .archs import ARCHS
+def tuned_variants(arch: str) -> dict[str, QuantizeConfig]:
+    """The configs of ``arch``'s shipped tuned table (none but sm_90a's), by shape class."""
     from .tuning import tuned_table
 
-    return {f"tuned_{arch}[{cls}]": cfg for arch in ARCHS for cls, cfg in tuned_table(arch).items()}
+    return {f"tuned_{arch}[{cls}]": cfg for cls, cfg in tuned_table(arch).items()}
+
+
+def default_variants(arch: str) -> dict[str, QuantizeConfig]:
+    """The TMA configs chosen for ``arch`` when its tuned table has no entry (none without TMA)."""
+    if not target(arch).features.tma:
+        return {}
+    return {"default": default_config(arch), "mx_default": default_mx_config(arch)}
+
+
+def _call_variants(name: str, cfg) -> dict:
+    """``cfg`` in every input dtype and, for MXFP4, both rounding modes: what calls choose it with."""
+    out = {}
+    for dtype in INPUT_DTYPES:
+        for mode in MX_MODES if cfg.sf_vec_size == 32 else (cfg.mx_mode,):
+            suffix = ("" if dtype == cfg.input_dtype else "_fp16") + ("" if mode == cfg.mx_mode else f"_{mode}")
+            out[name + suffix] = cfg.replace(input_dtype=dtype, mx_mode=mode)
+    return out
 
 
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
-    """Every shipped config for ``arch`` (named, tuned-table entries included,
-    duplicates dropped), in both scale layouts and both tensor_sf modes; then
-    the dequantization variants and the two global-scale kernels."""
+    """Every shipped config for ``arch``, duplicates dropped, each in both scale layouts and
+    both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
+    ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
+    defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
+    precompiled cache holds every kernel a call can pick; then the dequantization
+    variants and the two global-scale kernels."""
+    target(arch)
+    choosable = {**tuned_variants(arch), **default_variants(arch),
+                 **{name: cfg.replace(arch=arch) for name, cfg in SIMT.items()}}
+    candidates = _tma_bases({**SHIPPED, **SHIPPED_MX}, arch)
+    for name, cfg in choosable.items():
+        candidates.update(_call_variants(name, cfg))
     bases: dict = {}
-    for name, cfg in {**SHIPPED, **SHIPPED_MX, **tuned_variants(), **SIMT}.items():
-        cfg = cfg.replace(arch=arch)
+    for name, cfg in candidates.items():
         if cfg not in bases.values():
             bases[name] = cfg
     out = {}

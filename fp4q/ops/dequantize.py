@@ -16,6 +16,7 @@ import threading
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
+from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
 from .arrays import (
@@ -86,7 +87,8 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
         if obstacle is not None:
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
-    if obstacle is not None or view.rows * 2 * view.width < SIMT_MAX_ELEMENTS:
+    small = view.rows * 2 * view.width < SIMT_MAX_ELEMENTS
+    if obstacle is not None or small or not target(call["arch"]).features.tma:
         return DequantizeSimtConfig(**call)
     return DequantizeConfig(**call)
 

@@ -21,6 +21,7 @@ from ..cuda.launch import ArgPacker, LaunchTemplate
 from ..cuda.tile_tickets import counter_for
 from ..cuda.tma import TensorMapCache, TensorMapSpec
 from ..jit.loader import LoadedKernel
+from ..kernels.archs import target
 
 PLAN_CAPACITY = 1024
 MAPS_PER_LAUNCH = 64
@@ -79,8 +80,8 @@ class KernelLaunch:
     pointers and kept (bounded).
     """
 
-    __slots__ = ("config", "kernel", "device", "packer", "order", "template", "dynamic", "maps_from", "_map_statics",
-                 "_maps", "_maps_lock")
+    __slots__ = ("config", "kernel", "device", "packer", "order", "template", "dynamic", "pdl", "maps_from",
+                 "_map_statics", "_maps", "_maps_lock")
 
     def __init__(self, config, kernel: LoadedKernel, grid: int, arg_names: tuple[str, ...], dynamic: bool = False,
                  map_shapes=()) -> None:
@@ -92,6 +93,8 @@ class KernelLaunch:
         self.order = self.packer.order(arg_names)  # the call's values, by these names, in the kernel's order
         self.template = LaunchTemplate(kernel.function, grid, spec.threads, spec.smem_bytes)
         self.dynamic = dynamic  # CTAs take tiles from the stream's counter (tile_tickets)
+        # A kernel built without griddepcontrol must not start before its predecessor ends.
+        self.pdl = target(spec.arch).features.pdl
         self._map_statics = tuple(
             shape if isinstance(shape, int) else (shape[0], box.element_bytes, shape[1], shape[2], box.box,
                                                   box.swizzle, box.l2_promotion)
@@ -142,8 +145,8 @@ class KernelLaunch:
             values = [values[i] for i in self.order]
         address = self.packer.pack(addresses, values)
         if is_current(self.device):
-            self.template.launch(stream, address, pdl)
+            self.template.launch(stream, address, pdl and self.pdl)
         else:
             with in_context(self.device):
-                self.template.launch(stream, address, pdl)
+                self.template.launch(stream, address, pdl and self.pdl)
         del objects  # the maps' storage, alive until the driver has copied it

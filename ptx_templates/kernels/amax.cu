@@ -5,8 +5,8 @@
 // 16-byte load (16-byte aligned base, row stride a multiple of 8).
 #include "numerics/global_scale.cuh"
 #include "numerics/input.cuh"
+#include "pipeline/pdl.cuh"
 #include "ptx/global_memory.cuh"
-#include "ptx/griddepcontrol.cuh"
 
 constexpr int VEC = FP4Q_VECTOR_LOADS ? 8 : 1;
 constexpr int UNROLL = 4;
@@ -27,8 +27,8 @@ FP4Q_DEVICE u32 load_magnitudes(const u16* p) {
 extern "C" __global__ void __launch_bounds__(AMAX_THREADS)
 fp4q_amax(const u16* __restrict__ x, i64 row_stride, i32 rows, i32 cols, float* __restrict__ partial) {
     // x may be written by the previous kernel, and partial still read by it.
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
+    pdl_wait();
+    pdl_launch_dependents();
     const i64 units_per_row = cols / VEC;
     const i64 units = rows * units_per_row;
     const bool dense = row_stride == cols;

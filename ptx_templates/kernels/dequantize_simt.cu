@@ -4,7 +4,7 @@
 // strides). Same numerics header as the TMA kernel, so the same bits.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
-#include "ptx/griddepcontrol.cuh"
+#include "pipeline/pdl.cuh"
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
@@ -13,8 +13,8 @@ fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
                      float tensor_sf_value,
                      const float* __restrict__ tensor_sf_ptr,
                      i32 rows, i32 cols) {
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
+    pdl_wait();
+    pdl_launch_dependents();
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / GROUP;
     const int units_per_row = cols / UNIT;

@@ -11,9 +11,9 @@
 // each stage's tile, in the order next_tile() gives.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
+#include "pipeline/pdl.cuh"
 #include "pipeline/tile_order.cuh"
 #include "pipeline/tma_ring.cuh"
-#include "ptx/griddepcontrol.cuh"
 #include "ptx/tma.cuh"
 
 constexpr int THREADS = 32 + CONSUMER_THREADS;
@@ -44,7 +44,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
         if (threadIdx.x == 0) {
             prefetch_tensormap(&q_map);
             // The codes may be written by the previous kernel.
-            griddepcontrol_wait();
+            pdl_wait();
             int i = 0;
             for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
                 const int stage = ring_produce_tile(ring, stage_tiles, i, tile, STAGE_BYTES);
@@ -53,7 +53,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
                                                          &ring.full[stage]);
             }
             tickets_retire(tickets);
-            griddepcontrol_launch_dependents();
+            pdl_launch_dependents();
             ring_close(ring, stage_tiles, i);
         }
         return;
@@ -62,7 +62,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     const int ctid = threadIdx.x - 32;
     // The scales and tensor_sf may be written, and the output still read, by
     // the previous kernel.
-    griddepcontrol_wait();
+    pdl_wait();
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / GROUP;
 

@@ -2,12 +2,12 @@
 // one CTA reduces the `count` partial maxima of the amax pass and writes the
 // scale of their maximum (NaN never reaches here: the amax pass drops it).
 #include "numerics/global_scale.cuh"
-#include "ptx/griddepcontrol.cuh"
+#include "pipeline/pdl.cuh"
 
 extern "C" __global__ void __launch_bounds__(SCALE_THREADS)
 fp4q_global_scale(const float* __restrict__ partial, i32 count, float* __restrict__ scale) {
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
+    pdl_wait();
+    pdl_launch_dependents();
     u32 m = 0;
     for (int i = threadIdx.x; i < count; i += SCALE_THREADS) {
         const u32 v = f32_bits(partial[i]);

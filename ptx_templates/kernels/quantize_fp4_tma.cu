@@ -12,10 +12,10 @@
 #include "layout/tma_swizzle.cuh"
 #include "numerics/quantize_chunk64.cuh"
 #include "numerics/tensor_scale.cuh"
+#include "pipeline/pdl.cuh"
 #include "pipeline/tile_order.cuh"
 #include "pipeline/tma_ring.cuh"
 #include "ptx/bulk_group.cuh"
-#include "ptx/griddepcontrol.cuh"
 #include "ptx/setmaxnreg.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
@@ -90,7 +90,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             prefetch_tensormap(&in_map);
             // Everything above overlapped the previous kernel; its writes to
             // our input must be visible before the first load.
-            griddepcontrol_wait();
+            pdl_wait();
             int i = 0;
             for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
                 const int stage = ring_produce_tile(ring, stage_tiles, i, tile, IN_STAGE_BYTES);
@@ -105,7 +105,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             }
             tickets_retire(tickets);
             // All loads are issued: the next kernel may start its prologue.
-            griddepcontrol_launch_dependents();
+            pdl_launch_dependents();
             ring_close(ring, stage_tiles, i);
         }
         return;
@@ -116,7 +116,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
 #endif
     const int ctid = threadIdx.x - 128;
     // Our outputs may still be read, and tensor_sf written, by the previous kernel.
-    griddepcontrol_wait();
+    pdl_wait();
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     if (ctid == 0) {
         prefetch_tensormap(&q_map);

@@ -5,8 +5,8 @@
 #include "numerics/amax.cuh"
 #include "numerics/quantize_group.cuh"
 #include "numerics/tensor_scale.cuh"
+#include "pipeline/pdl.cuh"
 #include "ptx/global_memory.cuh"
-#include "ptx/griddepcontrol.cuh"
 
 #define FP4Q_SIMT_QUANTIZE_PARAMS                                                            \
     const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf, \
@@ -15,7 +15,7 @@
 // The previous kernel may write x or tensor_sf and still read q and sf: wait
 // for it, let the next kernel start its own prologue, then read the scale.
 FP4Q_DEVICE TensorScale simt_quantize_prologue(float tensor_sf_value, const float* tensor_sf_ptr) {
-    griddepcontrol_wait();
-    griddepcontrol_launch_dependents();
+    pdl_wait();
+    pdl_launch_dependents();
     return tensor_scale(tensor_sf_value, tensor_sf_ptr);
 }

@@ -5,8 +5,8 @@
 #include "ptx/float_math.cuh"
 #include "ptx/permute.cuh"
 
-// Software e2m1, for targets without the conversion instruction, as
-// magnitude codes and sign bits.
+// Software e2m1, for targets without the conversion instruction
+// (FP4Q_HAS_CVT_E2M1), as magnitude codes and sign bits.
 //
 // The e2m1 grid has step 0.5 below 2, 1 below 4 and 2 above, so the code
 // of |v| is rint(min(2|v|, |v| + 2, |v|/2 + 4, 7)); rint is monotone and the
@@ -75,17 +75,15 @@ FP4Q_DEVICE u32 e2m1x8_input_signs(u32 w0, u32 w1, u32 w2, u32 w3) {
 template <bool INPUT_SIGNS, bool CLAMP>
 FP4Q_DEVICE u32 e2m1x8(const float (&v)[8], u32 w0, u32 w1, u32 w2, u32 w3) {
     static_assert(CLAMP || INPUT_SIGNS, "a NaN product needs the clamp");
-// A preprocessor guard: the hardware conversion only exists on sm_100a and
-// later (see ptx/convert.cuh).
-#if defined(FP4Q_HAS_CVT_E2M1)
-    u32 word = 0;
+    if constexpr (FP4Q_HAS_CVT_E2M1) {
+        u32 word = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) word |= cvt_rn_satfinite_e2m1x2_f32(v[2 * i + 1], v[2 * i]) << (8 * i);
-    return word;
-#else
-    const u32 signs = INPUT_SIGNS ? e2m1x8_input_signs(w0, w1, w2, w3) : e2m1x8_signs(v);
-    return e2m1x8_magnitudes<CLAMP>(v) | signs;
-#endif
+        for (int i = 0; i < 4; ++i) word |= cvt_rn_satfinite_e2m1x2_f32(v[2 * i + 1], v[2 * i]) << (8 * i);
+        return word;
+    } else {
+        const u32 signs = INPUT_SIGNS ? e2m1x8_input_signs(w0, w1, w2, w3) : e2m1x8_signs(v);
+        return e2m1x8_magnitudes<CLAMP>(v) | signs;
+    }
 }
 
 // The general conversion, exact for every product.

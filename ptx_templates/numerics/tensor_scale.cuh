@@ -1,6 +1,6 @@
 // The launch's tensor scale (spec step 5), shared by the quantize and
 // dequantize kernels: the by-value kernel argument, or the device scalar
-// under FP4Q_TENSOR_SF_BY_POINTER. Read it only after griddepcontrol.wait:
+// under FP4Q_TENSOR_SF_BY_POINTER. Read it only after pdl_wait():
 // the previous kernel in the stream may be the one that writes it.
 #pragma once
 #include "ptx/float_math.cuh"

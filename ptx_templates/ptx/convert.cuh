@@ -31,9 +31,6 @@ FP4Q_DEVICE float cvt_f32_f16(u16 h) {
     return d;
 }
 
-// A preprocessor guard, not `if constexpr`: ptxas rejects the instruction
-// below sm_100a, so it must not be in the source of an sm_90a kernel at all.
-#if defined(FP4Q_HAS_CVT_E2M1)
 // Two floats to one byte of e2m1 codes: `hi` in bits 4..7, `lo` in 0..3.
 FP4Q_DEVICE u32 cvt_rn_satfinite_e2m1x2_f32(float hi, float lo) {
     u32 d;
@@ -43,4 +40,3 @@ FP4Q_DEVICE u32 cvt_rn_satfinite_e2m1x2_f32(float hi, float lo) {
         : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
-#endif

@@ -8,10 +8,13 @@ FP4Q_DEVICE void prefetch_tensormap(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 
+// The destination is this CTA's own shared memory (fp4q launches no
+// clusters); ptxas inlines this form on every TMA target, where it lowers the
+// shared::cluster form to a call on some (sm_120f).
 FP4Q_DEVICE void cp_async_bulk_tensor_2d_global_to_shared(
         void* dst, const TensorMap* map, i32 c0, i32 c1, u64* bar) {
     asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        "cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%2, %3}], [%4];"
         :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
         : "memory");
