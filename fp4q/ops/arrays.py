@@ -86,12 +86,7 @@ def as_operand(x, name: str) -> Operand:
         return _from_cupy(x)
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        if not x.is_cuda:
-            raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
-        dtype = str(x.dtype).removeprefix("torch.")
-        size = x.element_size()
-        return Operand(x, x.data_ptr(), tuple(x.shape), tuple(s * size for s in x.stride()), dtype,
-                       x.device.index, True)
+        return torch_operand(x, name)
     if isinstance(x, cp.ndarray):
         return _from_cupy(x)
     if isinstance(x, np.ndarray) or np.isscalar(x):
@@ -111,6 +106,16 @@ def as_operand(x, name: str) -> Operand:
             errors.append(f"__cuda_array_interface__: {exc}")
     detail = "; ".join(errors) if errors else "it has neither __dlpack__ nor __cuda_array_interface__"
     raise TypeError(f"{name} must be a CUDA array, got {type(x).__name__} ({detail})")
+
+
+def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
+    """A torch tensor as an Operand; ``ptr`` stands in for the address of a tensor
+    without memory (torch's fake tensors, whose rules and shapes fp4q.torch derives)."""
+    if not x.is_cuda:
+        raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
+    size = x.element_size()
+    return Operand(x, x.data_ptr() if ptr is None else ptr, tuple(x.shape), tuple(s * size for s in x.stride()),
+                   str(x.dtype).removeprefix("torch."), x.device.index, True)
 
 
 def _from_cupy(a) -> Operand:
@@ -224,7 +229,11 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
     if isinstance(tensor_sf, (bool, np.bool_, np.ndarray)) or tensor_sf is None:
         raise TypeError(f"tensor_sf must be a float or a device float32 scalar (CuPy or torch), got "
                         f"{type(tensor_sf).__name__} {tensor_sf!r}")
-    a = as_operand(tensor_sf, "tensor_sf")
+    return device_scale(as_operand(tensor_sf, "tensor_sf"), device)
+
+
+def device_scale(a: Operand, device: int) -> TensorScale:
+    """The rules of a device tensor_sf (also run on torch's fake tensors, whose ``ptr`` is 0)."""
     if a.dtype != "float32" or math.prod(a.shape) != 1 or len(a.shape) > 1:
         raise ValueError(f"a device tensor_sf must be a float32 array of shape () or (1,), got dtype {a.dtype} "
                          f"shape {tuple(a.shape)}")
@@ -246,15 +255,21 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def check_output(buf: Operand, name: str, shape: tuple, dtypes, device: int, others) -> tuple[int, int]:
-    """A caller's output buffer: dtype, shape, device, C-contiguity, and no overlap with
-    any of ``others`` ((name, [start, end)) pairs). Returns the buffer's span."""
+def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int) -> None:
+    """What a buffer's metadata must be: dtype, shape, device (the rules that hold for
+    torch's fake tensors too, whose symbolic sizes the contiguity rule would specialize)."""
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
     if tuple(buf.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(buf.shape)}")
     if buf.device != device:
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
+
+
+def check_output(buf: Operand, name: str, shape: tuple, dtypes, device: int, others) -> tuple[int, int]:
+    """A caller's output buffer: ``check_buffer``, C-contiguity, and no overlap with
+    any of ``others`` ((name, [start, end)) pairs). Returns the buffer's span."""
+    check_buffer(buf, name, shape, dtypes, device)
     if not buf.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
     span = (buf.ptr, buf.ptr + buf.nbytes)
