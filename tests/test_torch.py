@@ -277,7 +277,8 @@ def _values_bytes(y: np.ndarray) -> np.ndarray:
     return y.view(np.uint16) if y.dtype.itemsize == 2 else y.view(np.uint32)
 
 
-GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (4096, 7168), (96,)]
+# (1024, 2048): 2**21 elements, the smallest input the TMA kernel serves by default.
+GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (1024, 2048), (96,)]
 
 
 @gpu
@@ -520,7 +521,7 @@ def test_compile_fullgraph_dynamic_on_the_device(backend):
 def test_compile_reduce_overhead_bit_exact(shape):
     torch._dynamo.reset()
     compiled = torch.compile(_quantize_and_back, mode="reduce-overhead", fullgraph=True)
-    for seed in (1, 2, 3, 4):  # warm-up, recording, then replays with new inputs
+    for seed in (1, 2, 3):  # warm-up, recording, then a replay, each on new inputs
         bits = _bits(shape, seed=seed)
         x = _cuda(bits)
         t = torch.tensor(float(reference.global_scale(bits)), dtype=torch.float32, device="cuda")
