@@ -214,6 +214,26 @@ def run_contender(env, case: Case, name: str, fn) -> Row:
     return row
 
 
+def torch_host_runs(env, xt, tsf: float) -> list[tuple]:
+    """(name, call, calls) of the torch rows of the host table: fp4q's torch op as a
+    torch user calls it, the CuPy API on torch tensors, and torch's dispatcher floor
+    (a built-in op of three tensors) to read them against."""
+    torch = env.torch
+    import fp4q.torch  # noqa: F401 - registers torch.ops.fp4q
+
+    m, k = xt.shape
+    qt = torch.empty((m, k // 2), dtype=torch.uint8, device=xt.device)
+    sft = torch.empty(env.fp4q.swizzled_sf_shape(m, k // 16), dtype=torch.uint8, device=xt.device)
+    a, b, c = (torch.empty((m, k), dtype=torch.bfloat16, device=xt.device) for _ in range(3))
+    quantize_op = torch.ops.fp4q.quantize_nvfp4
+    return [
+        ("torch.ops.fp4q.quantize_nvfp4 (eager, allocating from torch)", lambda: quantize_op(xt, tsf), 2000),
+        ("fp4q.quantize_nvfp4 on torch tensors, out= given",
+         lambda: env.fp4q.quantize_nvfp4(xt, tsf, out=qt, sf_out=sft), 2000),
+        ("torch.add(a, b, out=c) (torch's dispatcher floor)", lambda: torch.add(a, b, out=c), 2000),
+    ]
+
+
 def bench_host(env) -> list[dict]:
     """Python microseconds per call with warm caches, on a small (host-bound) shape."""
     cp, fp4q = env.cp, env.fp4q
@@ -239,6 +259,10 @@ def bench_host(env) -> list[dict]:
         xt = torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
         tsf_t = torch.tensor(tsf, dtype=torch.float32, device=xt.device)
         runs.append(("torch eager (spec formula)", lambda: env.torch_formula(xt, tsf_t), 300))
+        try:
+            runs.extend(torch_host_runs(env, xt, tsf))
+        except Exception as exc:  # noqa: BLE001
+            env.fail("host overhead: the fp4q.torch rows", exc)
         try:
             torch._dynamo.reset()
             compiled = torch.compile(env.torch_formula, mode="default", fullgraph=True, dynamic=False)

@@ -39,3 +39,24 @@ def test_e2m1_thresholds_give_the_spec_ties():
     bounds = torch.tensor(bench_contenders.E2M1_THRESHOLDS)
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.5])
     assert torch.bucketize(ties, bounds, right=False).tolist() == [0, 2, 2, 4, 4, 6, 6, 7]
+
+
+def test_torch_host_rows_call_what_they_name():
+    """On the CPU the rows can be built and the dispatcher-floor row runs; the fp4q rows
+    reach fp4q's torch op and the CuPy API, whose rules refuse a host tensor."""
+    import types
+
+    import fp4q
+
+    env = types.SimpleNamespace(torch=torch, fp4q=fp4q)
+    xt = torch.zeros(bench_contenders.HOST_SHAPE, dtype=torch.bfloat16)
+    runs = bench_contenders.torch_host_runs(env, xt, 1.0)
+    assert [name for name, _, _ in runs] == [
+        "torch.ops.fp4q.quantize_nvfp4 (eager, allocating from torch)",
+        "fp4q.quantize_nvfp4 on torch tensors, out= given",
+        "torch.add(a, b, out=c) (torch's dispatcher floor)",
+    ]
+    for _, call, _ in runs[:2]:
+        with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
+            call()
+    runs[2][1]()

@@ -78,16 +78,10 @@ def as_operand(x, name: str) -> Operand:
     else through DLPack or the CUDA array interface (via CuPy)."""
     cp = _cupy_module or cupy()
     if type(x) is cp.ndarray:
-        data = x.data
-        return Operand(x, data.ptr, x.shape, x.strides, _dtype_name(x.dtype), data.device_id, False)
+        return _from_cupy(x)
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        if not x.is_cuda:
-            raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
-        dtype = str(x.dtype).removeprefix("torch.")
-        size = x.element_size()
-        return Operand(x, x.data_ptr(), tuple(x.shape), tuple(s * size for s in x.stride()), dtype,
-                       x.device.index, True)
+        return torch_operand(x, name)
     if isinstance(x, cp.ndarray):
         return _from_cupy(x)
     if isinstance(x, np.ndarray) or np.isscalar(x):
@@ -119,6 +113,16 @@ def _dtype_name(dtype) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype.num] = dtype.name
     return name
+
+
+def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
+    """A torch tensor as an Operand; ``ptr`` stands in for the address of a tensor
+    without memory (torch's fake tensors, whose rules and shapes fp4q.torch derives)."""
+    if not x.is_cuda:
+        raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
+    size = x.element_size()
+    return Operand(x, x.data_ptr() if ptr is None else ptr, tuple(x.shape), tuple(s * size for s in x.stride()),
+                   str(x.dtype).removeprefix("torch."), x.device.index, True)
 
 
 def _from_cupy(a) -> Operand:
@@ -242,7 +246,11 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
     if isinstance(tensor_sf, (bool, np.bool_)) or tensor_sf is None:
         raise TypeError(f"tensor_sf must be a float or a device float32 scalar (CuPy or torch), got "
                         f"{tensor_sf!r} ({type(tensor_sf).__name__})")
-    a = as_operand(tensor_sf, "tensor_sf")
+    return device_scale(as_operand(tensor_sf, "tensor_sf"), device)
+
+
+def device_scale(a: Operand, device: int) -> TensorScale:
+    """The rules of a device tensor_sf (also run on torch's fake tensors, whose ``ptr`` is 0)."""
     if a.dtype != "float32" or math.prod(a.shape) != 1 or len(a.shape) > 1:
         raise ValueError(f"a device tensor_sf must be a float32 array of shape () or (1,), got dtype {a.dtype} "
                          f"shape {tuple(a.shape)}")
@@ -260,16 +268,22 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def check_output(buf: Operand, name: str, shape: tuple, nbytes: int, dtypes, device: int, others) -> None:
-    """A caller's buffer: dtype (one of ``dtypes``, all of one size), shape (of ``nbytes``
-    bytes), device, C-contiguity, and no overlap with any of ``others`` ((name, [start,
-    end)) pairs)."""
+def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int) -> None:
+    """What a buffer's metadata must be: dtype, shape, device (the rules that hold for
+    torch's fake tensors too, whose symbolic sizes the contiguity rule would specialize)."""
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
     if tuple(buf.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(buf.shape)}")
     if buf.device != device:
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
+
+
+def check_output(buf: Operand, name: str, shape: tuple, nbytes: int, dtypes, device: int, others) -> None:
+    """A caller's buffer: ``check_buffer`` (``dtypes`` all of one size, so ``shape`` holds
+    ``nbytes`` bytes), C-contiguity, and no overlap with any of ``others`` ((name, [start,
+    end)) pairs)."""
+    check_buffer(buf, name, shape, dtypes, device)
     if not buf.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
     start, end = buf.ptr, buf.ptr + nbytes

@@ -50,13 +50,21 @@ class _Plan:
     def __init__(self, config, view: RowsView, fmt: str, sf_layout: str, dtype: str) -> None:
         self.config = config
         self.view = view
-        cols = 2 * view.width
-        self.sf_shape = sf_shape(view.lead_shape, view.rows, cols // GROUP_SIZE[fmt], sf_layout)
+        self.sf_shape, self.y_shape = output_shapes(view, fmt, sf_layout)
         self.sf_bytes, self.sf_dtypes = math.prod(self.sf_shape), SF_DTYPES[GROUP_SIZE[fmt]]
-        self.y_shape = view.lead_shape + (cols,)
         self.y_bytes, self.y_dtypes = math.prod(self.y_shape) * OUT_BYTES[dtype], VALUE_DTYPES[dtype]
         self.launches: dict[tuple, KernelLaunch] = {}
         self.lock = threading.Lock()
+
+
+def codes_view(qa, fmt: str) -> RowsView:
+    return rows_view(qa, "q", Q_DTYPES, "uint8 bytes (two e2m1 codes each)", 2, GROUP_SIZE[fmt], f" for {fmt.upper()}")
+
+
+def output_shapes(view: RowsView, fmt: str, sf_layout: str) -> tuple[tuple, tuple]:
+    """(the scales' shape, the values' shape) of dequantizing ``view``."""
+    cols = 2 * view.width
+    return sf_shape(view.lead_shape, view.rows, cols // GROUP_SIZE[fmt], sf_layout), view.lead_shape + (cols,)
 
 
 def _tma_obstacle(view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
@@ -116,9 +124,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     key = ("dequantize", fmt, qa.shape, qa.strides, qa.dtype, qa.device, sf_layout, dtype, id(config))
     plan = plans.get(key)
     if plan is None or plan.config is not config:
-        view = rows_view(qa, "q", Q_DTYPES, "uint8 bytes (two e2m1 codes each)", 2, GROUP_SIZE[fmt],
-                         f" for {fmt.upper()}")
-        plan = plans.put(key, _Plan(config, view, fmt, sf_layout, dtype))
+        plan = plans.put(key, _Plan(config, codes_view(qa, fmt), fmt, sf_layout, dtype))
     view = plan.view
     q_span = view.span(qa.ptr)
     sfa = as_operand(sf, "sf")

@@ -49,6 +49,10 @@ class _Plan:
         self.lock = threading.Lock()
 
 
+def input_view(xa) -> RowsView:
+    return rows_view(xa, "x", INPUT_DTYPES, "bfloat16 or float16 values (uint16 holds bf16 bits)", 1, 16, "")
+
+
 def global_scale(x, *, stream=None, pdl=True, outputs=cupy_outputs):
     """The NVFP4 global scale of bf16 (or fp16) ``x``, as a device float32 scalar.
 
@@ -66,8 +70,7 @@ def global_scale(x, *, stream=None, pdl=True, outputs=cupy_outputs):
     key = ("global_scale", xa.shape, xa.strides, xa.dtype, xa.device)
     plan = plans.get(key)
     if plan is None:
-        plan = plans.put(key, _Plan(rows_view(xa, "x", INPUT_DTYPES, "bfloat16 or float16 values (uint16 holds "
-                                              "bf16 bits)", 1, 16, "")))
+        plan = plans.put(key, _Plan(input_view(xa)))
     view = plan.view
     handle = stream_handle(stream, xa)
     check_pdl(pdl)

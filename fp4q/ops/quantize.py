@@ -71,8 +71,7 @@ class _Plan:
         self.x_extent = view.span(0)[1]  # bytes from x's base address that x may touch
         self.empty = view.empty
         self.sf_role, self.tensor_scaled = fmt.sf_role, fmt.sf_vec_size == 16
-        self.q_shape = view.lead_shape + (view.width // 2,)
-        self.sf_shape = sf_shape(view.lead_shape, view.rows, view.width // fmt.sf_vec_size, sf_layout)
+        self.q_shape, self.sf_shape = output_shapes(view, fmt, sf_layout)
         self.q_bytes, self.sf_bytes = math.prod(self.q_shape), math.prod(self.sf_shape)
         self.sf_dtypes = SF_DTYPES[fmt.sf_vec_size]
         self.swizzled = sf_layout == "swizzled"
@@ -83,6 +82,12 @@ class _Plan:
 
 def input_view(xa, fmt: Format) -> RowsView:
     return rows_view(xa, "x", INPUT_DTYPES, _INPUT_WHAT, 1, fmt.sf_vec_size, f" for {fmt.name}")
+
+
+def output_shapes(view: RowsView, fmt: Format, sf_layout: str) -> tuple[tuple, tuple]:
+    """(q's shape, the scales' shape) of quantizing ``view``."""
+    return (view.lead_shape + (view.width // 2,),
+            sf_shape(view.lead_shape, view.rows, view.width // fmt.sf_vec_size, sf_layout))
 
 
 def check_config_type(config, fmt: Format) -> None:
@@ -192,6 +197,12 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     return q.obj, sf.obj
 
 
+def check_dynamic(tensor_sf: str) -> None:
+    """The one string tensor_sf may be."""
+    if tensor_sf != "dynamic":
+        raise ValueError(f"tensor_sf must be a float, a device float32 scalar or 'dynamic', got {tensor_sf!r}")
+
+
 def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None, pdl=True):
     """Quantize bf16 (or fp16) ``x`` of shape ``(..., K)`` to NVFP4.
 
@@ -209,8 +220,7 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     float32 device scalar of shape ``()`` (what ``dequantize_nvfp4`` takes).
     """
     if type(tensor_sf) is str:
-        if tensor_sf != "dynamic":
-            raise ValueError(f"tensor_sf must be a float, a device float32 scalar or 'dynamic', got {tensor_sf!r}")
+        check_dynamic(tensor_sf)
         scale = global_scale(x, stream=stream, pdl=pdl)
         return (*quantize(x, scale, sf_layout, out, sf_out, stream, config, pdl, NVFP4), scale)
     return quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4)

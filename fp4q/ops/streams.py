@@ -14,11 +14,27 @@ from __future__ import annotations
 from .arrays import Operand, cupy, torch_module
 
 
+_torch_raw_stream = None
+
+
+def torch_current_stream(device: int) -> int:
+    """The raw handle of torch's current stream on ``device``.
+
+    torch's private ``_cuda_getCurrentRawStream`` returns the handle without
+    building a ``torch.cuda.Stream`` (about 1 us less per call); builds that
+    lack it take the public way."""
+    global _torch_raw_stream
+    if _torch_raw_stream is None:
+        torch = torch_module()
+        _torch_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda index: torch.cuda.current_stream(index).cuda_stream)
+    return _torch_raw_stream(device)
+
+
 def current_stream(a: Operand) -> int:
     """The raw handle of the stream a call on ``a`` runs on by default."""
     if a.is_torch:
-        torch = torch_module()
-        return torch.cuda.current_stream(a.device).cuda_stream
+        return torch_current_stream(a.device)
     return cupy().cuda.get_current_stream(a.device).ptr
 
 

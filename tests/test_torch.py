@@ -1,0 +1,553 @@
+"""fp4q.torch: the torch ops, their fake implementations, the wrappers and the vLLM entry.
+
+Without a GPU: fake tensors (shapes, dtypes, rules, torch.compile tracing with
+the eager backend), schemas, the import rule. With a GPU (marked ``gpu``):
+bytes against the reference for every op, opcheck, streams, CUDA graphs,
+torch.compile with AOT autograd / inductor / reduce-overhead, vLLM bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fp4q  # noqa: E402
+import fp4q.torch as ft  # noqa: E402
+from fp4q.numerics import reference  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+from helpers import assert_bytes_equal, mixed_groups, random_bf16  # noqa: E402
+
+gpu = pytest.mark.gpu
+BF16 = torch.bfloat16
+
+
+def swizzled(rows: int, groups: int) -> tuple:
+    """The spec's swizzled scale shape, written out here rather than taken from fp4q."""
+    return (-(-rows // 128), -(-groups // 4), 32, 4, 4)
+
+
+def sf_shape(shape: tuple, group: int, layout: str) -> tuple:
+    rows, k = math.prod(shape[:-1]), shape[-1]
+    return swizzled(rows, k // group) if layout == "swizzled" else shape[:-1] + (k // group,)
+
+
+# Input shapes: 1-D (one row), 2-D, 3-D; M not a multiple of 128; K not a multiple of 64.
+SHAPES = [(64,), (1, 96), (5, 48), (300, 128), (200, 320), (2, 130, 64), (3, 7, 224)]
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def fake_cuda(shape, dtype=BF16):
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+def meta(t) -> tuple:
+    return tuple(t.shape), t.dtype, t.device.type
+
+
+# ----------------------------------------------------------------- import rule, schemas
+def test_import_fp4q_does_not_import_torch():
+    code = "import sys, fp4q; fp4q.quantize_nvfp4; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quantize_nvfp4_out", "Tensor"),
+             ("quantize_nvfp4_out", "default"), ("quantize_mxfp4", "default"), ("quantize_mxfp4_out", "default"),
+             ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
+             ("dequantize_nvfp4_out", "default"), ("dequantize_mxfp4", "default"),
+             ("dequantize_mxfp4_out", "default"), ("global_scale", "default")]
+
+
+def test_schemas():
+    for name, overload in OVERLOADS:
+        schema = getattr(getattr(torch.ops.fp4q, name), overload)._schema
+        mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if name.endswith("_out"):
+            assert mutated == (["out", "sf_out"] if name.startswith("quantize") else ["out"]), schema
+            assert not schema.returns, schema
+        else:
+            assert mutated == [] and schema.returns, schema
+        scale = [a for a in schema.arguments if a.name == "tensor_sf"]
+        if "nvfp4" in name:
+            assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
+        else:
+            assert not scale, schema
+        assert torch.Tag.pt2_compliant_tag in getattr(getattr(torch.ops.fp4q, name), overload).tags
+
+
+def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
+    x = fake_cuda((256, 64))
+    # The float overload would turn the tensor into a number (a host sync); the Tensor overload checks it.
+    with pytest.raises(ValueError, match=r"a device tensor_sf must be a float32 array of shape \(\) or \(1,\), "
+                                         r"got dtype float64 shape \(\)"):
+        torch.ops.fp4q.quantize_nvfp4(x, torch.empty((), dtype=torch.float64, device="cuda"))
+    q, sf = torch.ops.fp4q.quantize_nvfp4(x, torch.empty((1,), dtype=torch.float32, device="cuda"))
+    assert meta(q) == ((256, 32), torch.uint8, "cuda") and meta(sf) == ((2, 1, 32, 4, 4), torch.float8_e4m3fn,
+                                                                          "cuda")
+
+
+# ----------------------------------------------------------------- fake shapes and dtypes
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+def test_quantize_nvfp4_fake_shapes(fake, shape, layout):
+    x = fake_cuda(shape)
+    q_shape = shape[:-1] + (shape[-1] // 2,)
+    want_sf = (sf_shape(shape, 16, layout), torch.float8_e4m3fn, "cuda")
+    for tsf in (2.0, fake_cuda((), torch.float32), fake_cuda((1,), torch.float32)):
+        q, sf = ft.quantize_nvfp4(x, tsf, sf_layout=layout)
+        assert meta(q) == (q_shape, torch.uint8, "cuda") and meta(sf) == want_sf
+    q, sf, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout=layout, fp4_dtype=True)
+    assert meta(q) == (q_shape, torch.float4_e2m1fn_x2, "cuda") and meta(sf) == want_sf
+    assert meta(scale) == ((), torch.float32, "cuda")
+    assert meta(ft.global_scale(x)) == ((), torch.float32, "cuda")
+    out = fake_cuda(q_shape, torch.uint8)
+    q, sf = ft.quantize_nvfp4(x, 3.0, sf_layout=layout, out=out)
+    assert q is out and meta(sf) == want_sf
+    sf_out = fake_cuda(want_sf[0], torch.uint8)
+    q, sf = ft.quantize_nvfp4(x, fake_cuda((), torch.float32), sf_layout=layout, sf_out=sf_out, fp4_dtype=True)
+    assert sf is sf_out and meta(q) == (q_shape, torch.float4_e2m1fn_x2, "cuda")
+    for dtype, want in (("bfloat16", BF16), (torch.float32, torch.float32)):
+        y = ft.dequantize_nvfp4(q, sf, 2.0, sf_layout=layout, dtype=dtype)
+        assert meta(y) == (shape, want, "cuda")
+        y_out = fake_cuda(shape, want)
+        assert ft.dequantize_nvfp4(q, sf, fake_cuda((), torch.float32), sf_layout=layout, dtype=dtype,
+                                   out=y_out) is y_out
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[-1] % 32 == 0])
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+@pytest.mark.parametrize("mode", ["rceil", "floor"])
+def test_mxfp4_fake_shapes(fake, shape, layout, mode):
+    x = fake_cuda(shape)
+    q_shape = shape[:-1] + (shape[-1] // 2,)
+    want_sf = (sf_shape(shape, 32, layout), torch.float8_e8m0fnu, "cuda")
+    q, sf = ft.quantize_mxfp4(x, mode=mode, sf_layout=layout)
+    assert meta(q) == (q_shape, torch.uint8, "cuda") and meta(sf) == want_sf
+    out, sf_out = fake_cuda(q_shape, torch.float4_e2m1fn_x2), fake_cuda(want_sf[0], torch.float8_e8m0fnu)
+    assert ft.quantize_mxfp4(x, mode=mode, sf_layout=layout, out=out, sf_out=sf_out) == (out, sf_out)
+    for dtype, want in (("bfloat16", BF16), ("float32", torch.float32)):
+        assert meta(ft.dequantize_mxfp4(q, sf, sf_layout=layout, dtype=dtype)) == (shape, want, "cuda")
+        y_out = fake_cuda(shape, torch.uint16 if dtype == "bfloat16" else want)
+        assert ft.dequantize_mxfp4(out, sf_out, sf_layout=layout, dtype=dtype, out=y_out) is y_out
+
+
+def test_fp16_input(fake):
+    q, sf = ft.quantize_nvfp4(fake_cuda((130, 64), torch.float16), 1.0)
+    assert meta(q) == ((130, 32), torch.uint8, "cuda") and tuple(sf.shape) == (2, 1, 32, 4, 4)
+
+
+# ----------------------------------------------------------------- rules, traced and eager
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 24)), 1.0), ValueError,
+     "K (the last dimension of x) must be a multiple of 16 for quantize_nvfp4, got 24"),
+    (lambda: ft.quantize_mxfp4(fake_cuda((8, 48))), ValueError,
+     "K (the last dimension of x) must be a multiple of 32 for quantize_mxfp4, got 48"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32), torch.float32), 1.0), TypeError,
+     "x must hold bfloat16 or float16 values (uint16 holds bf16 bits), got dtype float32"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 0.0), ValueError,
+     "tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got 0.0"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), "static"), ValueError,
+     "tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'static'"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, sf_layout="rows"), ValueError,
+     "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
+    (lambda: ft.quantize_mxfp4(fake_cuda((8, 32)), mode="up"), ValueError,
+     "mode must be 'rceil' or 'floor', got 'up'"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, out=fake_cuda((8, 15), torch.uint8)), ValueError,
+     "out must have shape (8, 16), got (8, 15)"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, out=fake_cuda((8, 16), torch.int8)), TypeError,
+     "out must have dtype uint8 or float4_e2m1fn_x2, got int8"),
+    (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, sf_out=fake_cuda((8, 2), torch.uint8)), ValueError,
+     "sf_out must have shape (1, 1, 32, 4, 4), got (8, 2)"),
+    (lambda: ft.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0),
+     ValueError, "sf must have shape (1, 1, 32, 4, 4), got (8, 2)"),
+    (lambda: ft.dequantize_mxfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 1), torch.float8_e4m3fn),
+                                 sf_layout="linear"), TypeError,
+     "sf must have dtype uint8 or float8_e8m0fnu, got float8_e4m3fn"),
+    (lambda: ft.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0,
+                                 sf_layout="linear", dtype="float16"), ValueError,
+     "dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got 'float16'"),
+    (lambda: ft.global_scale(fake_cuda((8, 40))), ValueError,
+     "K (the last dimension of x) must be a multiple of 16, got 40"),
+    (lambda: ft.scaled_fp4_quant(fake_cuda((8, 32), torch.float32), fake_cuda((), torch.float32)), TypeError,
+     "input must be bfloat16 or float16, got torch.float32"),
+])
+def test_rules_hold_on_fake_tensors(fake, call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_host_tensors_are_named_as_such():
+    with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
+        torch.ops.fp4q.quantize_nvfp4(torch.zeros((4, 32), dtype=BF16), 1.0)
+    with pytest.raises(TypeError, match="^q must be a CUDA array, got a torch Tensor on cpu$"):
+        ft.dequantize_mxfp4(torch.zeros((4, 16), dtype=torch.uint8), torch.zeros((4, 1), dtype=torch.uint8))
+
+
+# ----------------------------------------------------------------- vLLM's shape contract
+@pytest.mark.parametrize("shape", [(64,), (1, 16), (5, 48), (300, 128), (2, 130, 64)])
+@pytest.mark.parametrize("swizzle", [True, False])
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_scaled_fp4_quant_shapes(fake, shape, swizzle, dtype):
+    m, n = math.prod(shape[:-1]), shape[-1]
+    q, sf = ft.scaled_fp4_quant(fake_cuda(shape, dtype), fake_cuda((1,), torch.float32),
+                                is_sf_swizzled_layout=swizzle)
+    round_up = lambda v, to: -(-v // to) * to  # noqa: E731
+    assert meta(q) == ((m, n // 2), torch.uint8, "cuda")
+    want = (round_up(m, 128), round_up(n // 16, 4)) if swizzle else (m, n // 16)
+    assert meta(sf) == (want, torch.float8_e4m3fn, "cuda")
+
+
+# ----------------------------------------------------------------- torch.compile tracing
+def _every_op(x, t, y):
+    q, sf = ft.quantize_nvfp4(x, t)
+    q1, sf1, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout="linear", fp4_dtype=True)
+    qf, sff = ft.quantize_nvfp4(x, 0.75, sf_layout="linear")
+    q2, sf2 = ft.quantize_nvfp4(x, 2.0, out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    q3, sf3 = ft.quantize_nvfp4(x, t, out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    qm, sfm = ft.quantize_mxfp4(x, mode="floor")
+    qm2, sfm2 = ft.quantize_mxfp4(x, out=torch.empty_like(qm), sf_out=torch.empty_like(sfm))
+    y1 = ft.dequantize_nvfp4(q, sf, t)
+    y2 = ft.dequantize_nvfp4(q2, sf2, 2.0, dtype="float32")
+    ft.dequantize_nvfp4(q, sf, 0.5, out=y)
+    ft.dequantize_nvfp4(q, sf, t, out=y)
+    y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
+    y4 = ft.dequantize_mxfp4(qm, sfm, out=torch.empty_like(y))
+    v = ft.scaled_fp4_quant(x, t)
+    return q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v
+
+
+def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
+    """fullgraph (a graph break is an error), dynamic shapes (one compile for three
+    shapes), on fake CUDA tensors: the eager backend needs no device. AOT autograd
+    needs one, so the aot_eager and inductor traces are GPU tests. Every derived
+    size stays above 1 (torch's own empty_like guards a symbolic size against 1)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(_every_op, backend=counter, fullgraph=True, dynamic=True)
+    mode = FakeTensorMode()
+    for m, k in ((300, 320), (1000, 640), (130, 192)):
+        with mode:
+            x, y, t = fake_cuda((m, k)), fake_cuda((m, k)), fake_cuda((), torch.float32)
+        got = compiled(x, t, y)
+        with mode:
+            want = _every_op(x, t, y)
+        assert [meta(g) for g in got] == [meta(w) for w in want]
+    assert counter.frame_count == 1
+    targets = {str(node.target) for node in counter.graphs[-1].graph.nodes}
+    assert {f"fp4q.{name}.{overload}" for name, overload in OVERLOADS} <= targets
+
+
+# ================================================================= GPU
+def _bits(shape, seed=3, scale=1.0):
+    rng = np.random.default_rng(seed)
+    if len(shape) == 2 and shape[-1] % 16 == 0:
+        return mixed_groups(shape, rng)
+    return random_bf16(shape, rng, scale)
+
+
+def _cuda(bits) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).cuda().view(BF16)
+
+
+def _bytes(t) -> np.ndarray:
+    t = t.detach()
+    if t.dtype in (BF16, torch.float16, torch.uint16):
+        return t.view(torch.int16).cpu().numpy().view(np.uint16)
+    if t.dtype == torch.float32:
+        return t.cpu().numpy()
+    return t.view(torch.uint8).cpu().numpy()
+
+
+def _values_bytes(y: np.ndarray) -> np.ndarray:
+    return y.view(np.uint16) if y.dtype.itemsize == 2 else y.view(np.uint32)
+
+
+# (1024, 2048): 2**21 elements, the smallest input the TMA kernel serves by default.
+GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (1024, 2048), (96,)]
+
+
+@gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+def test_every_op_bit_exact(shape, layout):
+    bits = _bits(shape)
+    x = _cuda(bits)
+    tsf = float(reference.global_scale(bits))
+    q_ref, sf_ref = reference.quantize_nvfp4(bits, tsf, sf_layout=layout)
+    t = torch.tensor(tsf, dtype=torch.float32, device="cuda")
+    for got in (ft.quantize_nvfp4(x, tsf, sf_layout=layout), ft.quantize_nvfp4(x, t, sf_layout=layout),
+                ft.quantize_nvfp4(x, t.reshape(1), sf_layout=layout, fp4_dtype=True),
+                ft.quantize_nvfp4(x, "dynamic", sf_layout=layout)[:2],
+                ft.quantize_nvfp4(x, tsf, sf_layout=layout, out=torch.full(q_ref.shape, 0xAB, dtype=torch.uint8,
+                                                                           device="cuda"),
+                                  sf_out=torch.full(sf_ref.shape, 0xAB, dtype=torch.uint8, device="cuda"))):
+        assert_bytes_equal(_bytes(got[0]), q_ref, f"q {shape} {layout}")
+        assert_bytes_equal(_bytes(got[1]), sf_ref, f"sf {shape} {layout}")
+    assert _bytes(ft.global_scale(x)) == np.float32(tsf)
+    q, sf = ft.quantize_nvfp4(x, tsf, sf_layout=layout)
+    for dtype in ("bfloat16", "float32"):
+        want = _values_bytes(np.asarray(reference.dequantize_nvfp4(q_ref, sf_ref, tsf, sf_layout=layout,
+                                                                   dtype=dtype)))
+        for got in (ft.dequantize_nvfp4(q, sf, tsf, sf_layout=layout, dtype=dtype),
+                    ft.dequantize_nvfp4(q, sf, t, sf_layout=layout, dtype=dtype),
+                    ft.dequantize_nvfp4(q, sf, t, sf_layout=layout, dtype=dtype,
+                                        out=torch.empty(want.shape, dtype=BF16 if dtype == "bfloat16"
+                                                        else torch.float32, device="cuda"))):
+            assert_bytes_equal(_values_bytes(_bytes(got)), want, f"dequantize_nvfp4 {dtype}")
+    if shape[-1] % 32:
+        return
+    for mode in ("rceil", "floor"):
+        qm_ref, sfm_ref = reference.quantize_mxfp4(bits, mode=mode, sf_layout=layout)
+        qm, sfm = ft.quantize_mxfp4(x, mode=mode, sf_layout=layout)
+        assert sfm.dtype == torch.float8_e8m0fnu
+        assert_bytes_equal(_bytes(qm), qm_ref, f"mx q {mode}")
+        assert_bytes_equal(_bytes(sfm), sfm_ref, f"mx sf {mode}")
+        out, sf_out = torch.empty_like(qm), torch.empty_like(sfm)
+        ft.quantize_mxfp4(x, mode=mode, sf_layout=layout, out=out, sf_out=sf_out)
+        assert_bytes_equal(_bytes(out), qm_ref, "mx out")
+        assert_bytes_equal(_bytes(sf_out), sfm_ref, "mx sf_out")
+        for dtype in ("bfloat16", "float32"):
+            want = _values_bytes(np.asarray(reference.dequantize_mxfp4(qm_ref, sfm_ref, sf_layout=layout,
+                                                                       dtype=dtype)))
+            assert_bytes_equal(_values_bytes(_bytes(ft.dequantize_mxfp4(qm, sfm, sf_layout=layout, dtype=dtype))),
+                               want, f"dequantize_mxfp4 {dtype}")
+
+
+def _opcheck_samples():
+    x = _cuda(_bits((300, 128)))
+    t = torch.tensor(0.5, dtype=torch.float32, device="cuda")
+    q, sf = ft.quantize_nvfp4(x, 0.5)
+    ql, sfl = ft.quantize_nvfp4(x, 0.5, sf_layout="linear")
+    qm, sfm = ft.quantize_mxfp4(x)
+    ops = torch.ops.fp4q
+    return [
+        (ops.quantize_nvfp4.default, (x, 0.5)), (ops.quantize_nvfp4.default, (x, 0.5, "linear", False, True)),
+        (ops.quantize_nvfp4.Tensor, (x, t)),
+        (ops.quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(q), torch.empty_like(sf))),
+        (ops.quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(ql), torch.empty_like(sfl), "linear")),
+        (ops.quantize_mxfp4.default, (x, "floor")),
+        (ops.quantize_mxfp4_out.default, (x, torch.empty_like(qm), torch.empty_like(sfm))),
+        (ops.dequantize_nvfp4.default, (q, sf, 0.5)), (ops.dequantize_nvfp4.Tensor, (ql, sfl, t, "linear", "float32")),
+        (ops.dequantize_nvfp4_out.default, (q, sf, 0.5, torch.empty_like(x))),
+        (ops.dequantize_nvfp4_out.Tensor, (q, sf, t, torch.empty(x.shape, device="cuda"), "swizzled", "float32")),
+        (ops.dequantize_mxfp4.default, (qm, sfm)),
+        (ops.dequantize_mxfp4_out.default, (qm, sfm, torch.empty_like(x))),
+        (ops.global_scale.default, (x,)),
+    ]
+
+
+@gpu
+def test_opcheck_every_op():
+    samples = _opcheck_samples()
+    assert {(op._opname, op._overloadname) for op, _ in samples} == set(OVERLOADS)
+    for op, args in samples:
+        torch.library.opcheck(op, args)
+
+
+@gpu
+@pytest.mark.parametrize("api", ["fp4q.torch", "CuPy API"])
+def test_side_stream_race(api):
+    """Producer, quantize and consumer on a torch side stream, outputs in torch out=
+    buffers, 100 iterations at 4096x7168, nothing synchronized in between: every
+    iteration's bytes equal a reference computed afterwards, synchronously, from
+    that iteration's input. A launch on any other stream would race with the
+    producer (stale input) or the consumer (stale output)."""
+    m, k = 4096, 7168
+    bases = [_cuda(_bits((m, k), seed=seed)) for seed in (11, 12, 13)]
+    quantize = ft.quantize_nvfp4 if api == "fp4q.torch" else fp4q.quantize_nvfp4
+    q = torch.empty((m, k // 2), dtype=torch.uint8, device="cuda")
+    sf = torch.empty(swizzled(m, k // 16), dtype=torch.float8_e4m3fn, device="cuda")
+    got_q = torch.empty((100,) + q.shape, dtype=torch.uint8, device="cuda")
+    got_sf = torch.empty((100,) + sf.shape, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        x = torch.empty_like(bases[0])
+        for i in range(100):
+            torch.mul(bases[i % 3], float(i % 7 + 1), out=x)  # producer
+            quantize(x, 0.5, out=q, sf_out=sf)
+            got_q[i].copy_(q)  # consumer
+            got_sf[i].copy_(sf.view(torch.uint8))
+    torch.cuda.synchronize()
+    stale = 0
+    for i in range(100):
+        want_q, want_sf = ft.quantize_nvfp4(bases[i % 3] * float(i % 7 + 1), 0.5)
+        torch.cuda.synchronize()
+        stale += int((got_q[i] != want_q).sum()) + int((got_sf[i] != want_sf.view(torch.uint8)).sum())
+    assert stale == 0
+    bits = _bytes(bases[0][:256])
+    q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.5, sf_layout="linear")
+    assert_bytes_equal(_bytes(got_q[0][:256]), q_ref, "iteration 0, first rows (the reference itself)")
+
+
+@gpu
+def test_outputs_allocated_on_the_launch_stream():
+    """stream= other than torch's current one: outputs come from the launch stream's pool."""
+    x = _cuda(_bits((256, 1024)))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    q, sf = ft.quantize_nvfp4(x, 1.0, stream=side)
+    side.synchronize()
+    q_ref, sf_ref = reference.quantize_nvfp4(_bytes(x), 1.0)
+    assert_bytes_equal(_bytes(q), q_ref, "q")
+    assert_bytes_equal(_bytes(sf), sf_ref, "sf")
+    owner = {}
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment["blocks"]:
+            owner[block["address"]] = segment["stream"]
+    assert owner[q.data_ptr()] == side.cuda_stream and owner[sf.data_ptr()] == side.cuda_stream
+    q2, _ = ft.quantize_nvfp4(x, 1.0)
+    owner = {b["address"]: s["stream"] for s in torch.cuda.memory_snapshot() for b in s["blocks"]}
+    assert owner[q2.data_ptr()] == torch.cuda.current_stream().cuda_stream
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(300, 128), (4096, 7168)])
+def test_cuda_graph_capture_and_replay(shape):
+    """Every op captured with torch.cuda.graph (host scale, device scale, "dynamic"), replayed
+    after new values are copied into the captured input: the replay's bytes are the new input's."""
+    bits_a, bits_b = _bits(shape, seed=1), _bits(shape, seed=2, scale=3.0)
+    x = _cuda(bits_a)
+    t = torch.tensor(float(reference.global_scale(bits_a)), dtype=torch.float32, device="cuda")
+    for _ in range(2):  # compile, load and plan outside the capture
+        results = _graph_body(x, t)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = _graph_body(x, t)
+    for bits in (bits_b, bits_a):
+        x.copy_(_cuda(bits))
+        t.fill_(float(reference.global_scale(bits)))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_graph_results(bits, float(t), results)
+
+
+def _graph_body(x, t):
+    q_host, sf_host = ft.quantize_nvfp4(x, 0.25)
+    q_dev, sf_dev = ft.quantize_nvfp4(x, t, sf_layout="linear")
+    q_dyn, sf_dyn, scale = ft.quantize_nvfp4(x, "dynamic")
+    mx = ft.quantize_mxfp4(x) if x.shape[-1] % 32 == 0 else None
+    y = ft.dequantize_nvfp4(q_dev, sf_dev, t, sf_layout="linear", dtype="float32")
+    y_mx = ft.dequantize_mxfp4(*mx) if mx is not None else None
+    return dict(q_host=q_host, sf_host=sf_host, q_dev=q_dev, sf_dev=sf_dev, q_dyn=q_dyn, sf_dyn=sf_dyn,
+                scale=scale, global_scale=ft.global_scale(x), mx=mx, y=y, y_mx=y_mx)
+
+
+def _check_graph_results(bits, tsf, r):
+    q, sf = reference.quantize_nvfp4(bits, 0.25)
+    assert_bytes_equal(_bytes(r["q_host"]), q, "host scale q")
+    assert_bytes_equal(_bytes(r["sf_host"]), sf, "host scale sf")
+    q, sf = reference.quantize_nvfp4(bits, tsf, sf_layout="linear")
+    assert_bytes_equal(_bytes(r["q_dev"]), q, "device scale q")
+    assert_bytes_equal(_bytes(r["sf_dev"]), sf, "device scale sf")
+    y = reference.dequantize_nvfp4(q, sf, tsf, sf_layout="linear", dtype="float32")
+    assert_bytes_equal(_bytes(r["y"]).view(np.uint32), y.view(np.uint32), "dequantized")
+    dyn = reference.global_scale(bits)
+    assert _bytes(r["scale"]) == dyn and _bytes(r["global_scale"]) == dyn
+    q, sf = reference.quantize_nvfp4(bits, float(dyn))
+    assert_bytes_equal(_bytes(r["q_dyn"]), q, "dynamic q")
+    assert_bytes_equal(_bytes(r["sf_dyn"]), sf, "dynamic sf")
+    if r["mx"] is not None:
+        q, sf = reference.quantize_mxfp4(bits)
+        assert_bytes_equal(_bytes(r["mx"][0]), q, "mx q")
+        assert_bytes_equal(_bytes(r["mx"][1]), sf, "mx sf")
+        y = np.asarray(reference.dequantize_mxfp4(q, sf, dtype="bfloat16")).view(np.uint16)
+        assert_bytes_equal(_bytes(r["y_mx"]), y, "mx dequantized")
+
+
+def _quantize_and_back(x, t):
+    q, sf = ft.quantize_nvfp4(x, t)
+    q2, sf2, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout="linear")
+    y = ft.dequantize_nvfp4(q, sf, t, dtype="float32")
+    return q, sf, q2, sf2, scale, y
+
+
+def _check_compiled(bits, tsf, got):
+    q, sf = reference.quantize_nvfp4(bits, tsf)
+    assert_bytes_equal(_bytes(got[0]), q, "q")
+    assert_bytes_equal(_bytes(got[1]), sf, "sf")
+    dyn = reference.global_scale(bits)
+    q2, sf2 = reference.quantize_nvfp4(bits, float(dyn), sf_layout="linear")
+    assert_bytes_equal(_bytes(got[2]), q2, "dynamic q")
+    assert_bytes_equal(_bytes(got[3]), sf2, "dynamic sf")
+    assert _bytes(got[4]) == dyn
+    y = reference.dequantize_nvfp4(q, sf, tsf, dtype="float32")
+    assert_bytes_equal(_bytes(got[5]).view(np.uint32), y.view(np.uint32), "dequantized")
+
+
+@gpu
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_dynamic_on_the_device(backend):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(_every_op, backend=counter, fullgraph=True, dynamic=True)
+    compiled_q = torch.compile(_quantize_and_back, backend=backend, fullgraph=True, dynamic=True)
+    for m, k in ((300, 320), (1000, 640)):
+        bits = _bits((m, k))
+        x = _cuda(bits)
+        t = torch.tensor(float(reference.global_scale(bits)), dtype=torch.float32, device="cuda")
+        got = compiled(x, t, torch.empty_like(x))
+        want = _every_op(x, t, torch.empty_like(x))
+        torch.cuda.synchronize()
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert meta(g) == meta(w), i
+            assert_bytes_equal(_bytes(g).reshape(-1).view(np.uint8), _bytes(w).reshape(-1).view(np.uint8),
+                               f"output {i} {m}x{k}")
+        _check_compiled(bits, float(t), compiled_q(x, t))
+    assert counter.frame_count == 1
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(300, 128), (4096, 7168)])
+def test_compile_reduce_overhead_bit_exact(shape):
+    torch._dynamo.reset()
+    compiled = torch.compile(_quantize_and_back, mode="reduce-overhead", fullgraph=True)
+    for seed in (1, 2, 3):  # warm-up, recording, then a replay, each on new inputs
+        bits = _bits(shape, seed=seed)
+        x = _cuda(bits)
+        t = torch.tensor(float(reference.global_scale(bits)), dtype=torch.float32, device="cuda")
+        got = [g.clone() for g in compiled(x, t)]
+        torch.cuda.synchronize()
+        _check_compiled(bits, float(t), got)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(96,), (5, 48), (300, 128), (2, 130, 64), (4096, 7168)])
+@pytest.mark.parametrize("swizzle", [True, False])
+def test_scaled_fp4_quant_bytes_are_the_specs(shape, swizzle):
+    bits = _bits(shape)
+    m, n = math.prod(shape[:-1]), shape[-1]
+    tsf = float(reference.global_scale(bits))
+    q, sf = ft.scaled_fp4_quant(_cuda(bits), torch.tensor([tsf], dtype=torch.float32, device="cuda"),
+                                is_sf_swizzled_layout=swizzle)
+    q_ref, sf_ref = reference.quantize_nvfp4(bits.reshape(m, n), tsf, sf_layout="swizzled" if swizzle else "linear")
+    assert_bytes_equal(_bytes(q), q_ref, "q")
+    assert_bytes_equal(_bytes(sf).reshape(-1), sf_ref.reshape(-1), "scale bytes")
+
+
+@gpu
+def test_torch_op_allocates_from_torch():
+    x = _cuda(_bits((256, 1024)))
+    before = torch.cuda.memory_allocated()
+    q, sf = torch.ops.fp4q.quantize_nvfp4(x, 1.0)
+    assert torch.cuda.memory_allocated() - before >= q.numel() + sf.numel()
+    assert isinstance(q, torch.Tensor) and q.device == x.device
