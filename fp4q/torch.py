@@ -93,11 +93,10 @@ class TorchOutputs:
 
     def __init__(self, fp4_dtype: bool) -> None:
         roles = dict(_ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else _ROLE_DTYPES
-        self._dtypes = {role: (dtype, str(dtype).removeprefix("torch."), dtype.itemsize)
-                        for role, dtype in roles.items()}
+        self._dtypes = {role: (dtype, str(dtype).removeprefix("torch.")) for role, dtype in roles.items()}
 
     def __call__(self, role: str, shape: tuple, device: int, stream: int) -> Operand:
-        dtype, name, itemsize = self._dtypes[role]
+        dtype, name = self._dtypes[role]
         where = _device(device)
         if stream == torch_current_stream(device):
             t = torch.empty(shape, dtype=dtype, device=where)
@@ -111,7 +110,7 @@ class TorchOutputs:
             # stream= other than torch's current one takes this path.
             with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=where)):
                 t = torch.empty(shape, dtype=dtype, device=where)
-        return Operand(t, t.data_ptr(), shape, tuple(s * itemsize for s in t.stride()), name, device, True)
+        return Operand(t, t.data_ptr(), shape, name, device, True)
 
 
 _OUTPUTS = (TorchOutputs(False), TorchOutputs(True))

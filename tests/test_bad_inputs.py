@@ -464,7 +464,7 @@ def test_out_overlapping_the_input(name, path):
     else:
         sf_out = base[:512].reshape(SF_SWIZZLED)
     call, watch = _quantize_with_buffers(cp, path, x, out=out, sf_out=sf_out)
-    expect_rejected(ValueError, rf"\b{name} overlaps", BYTE_RANGE, _words("overlaps the input x"), call,
+    expect_rejected(ValueError, rf"\b{name} overlaps", BYTE_RANGE, _words("overlaps x (outputs must not alias"), call,
                     [base, *watch])
 
 

@@ -284,8 +284,9 @@ def _dequantize(fmt, q, sf, tsf, layout, dtype, device_sf=False, **kwargs):
     cp.cuda.get_current_stream().synchronize()
     assert y.dtype == (np.uint16 if dtype == "bfloat16" else np.float32)
     got = cp.asnumpy(y)
-    assert_values_equal(got.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else got, want,
-                        f"{fmt} {q.shape} {layout} {dtype}")
+    if dtype == "bfloat16":  # both hold bf16 bits as uint16
+        got, want = got.view(ml_dtypes.bfloat16), want.view(ml_dtypes.bfloat16)
+    assert_values_equal(got, want, f"{fmt} {q.shape} {layout} {dtype}")
     return y
 
 

@@ -55,16 +55,23 @@ class Operand:
     """A CUDA array as the kernels see it; ``obj`` is what the caller passed (or a
     zero-copy CuPy view of it)."""
 
-    __slots__ = ("obj", "ptr", "shape", "strides", "dtype", "device", "is_torch")
+    __slots__ = ("obj", "ptr", "shape", "dtype", "device", "is_torch")
 
-    def __init__(self, obj, ptr: int, shape: tuple, strides: tuple, dtype: str, device: int, is_torch: bool):
+    def __init__(self, obj, ptr: int, shape: tuple, dtype: str, device: int, is_torch: bool):
         self.obj = obj
         self.ptr = ptr
         self.shape = shape
-        self.strides = strides  # bytes
         self.dtype = dtype
         self.device = device
         self.is_torch = is_torch
+
+    @property
+    def strides(self) -> tuple:
+        """In bytes; read only where a rule needs them (outputs need only their shape)."""
+        if self.is_torch:
+            size = self.obj.element_size()
+            return tuple(s * size for s in self.obj.stride())
+        return self.obj.strides
 
     @property
     def c_contiguous(self) -> bool:
@@ -120,14 +127,18 @@ def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
     without memory (torch's fake tensors, whose rules and shapes fp4q.torch derives)."""
     if not x.is_cuda:
         raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
-    size = x.element_size()
-    return Operand(x, x.data_ptr() if ptr is None else ptr, tuple(x.shape), tuple(s * size for s in x.stride()),
-                   str(x.dtype).removeprefix("torch."), x.device.index, True)
+    dtype = _TORCH_DTYPE_NAMES.get(x.dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPE_NAMES[x.dtype] = str(x.dtype).removeprefix("torch.")
+    return Operand(x, x.data_ptr() if ptr is None else ptr, x.shape, dtype, x.get_device(), True)
+
+
+_TORCH_DTYPE_NAMES: dict = {}
 
 
 def _from_cupy(a) -> Operand:
     data = a.data
-    return Operand(a, data.ptr, a.shape, a.strides, _dtype_name(a.dtype), data.device_id, False)
+    return Operand(a, data.ptr, a.shape, _dtype_name(a.dtype), data.device_id, False)
 
 
 def _has(x, attr: str) -> bool:
@@ -273,7 +284,7 @@ def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int) -> 
     torch's fake tensors too, whose symbolic sizes the contiguity rule would specialize)."""
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
-    if tuple(buf.shape) != shape:
+    if buf.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(buf.shape)}")
     if buf.device != device:
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
