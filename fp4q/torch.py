@@ -22,9 +22,9 @@ tensor to it instead of converting it to a float with a host sync) and
     quantize_nvfp4_out.Tensor(Tensor x, Tensor tensor_sf, Tensor(a!) out, Tensor(b!) sf_out,
                               str sf_layout="swizzled", bool pdl=True) -> ()
     quantize_nvfp4_out(Tensor x, float tensor_sf, ...same...) -> ()
-    quantize_mxfp4(Tensor x, str mode="rceil", str sf_layout="swizzled", bool pdl=True,
+    quantize_mxfp4(Tensor x, str mx_mode="rceil", str sf_layout="swizzled", bool pdl=True,
                    bool fp4_dtype=False) -> (Tensor, Tensor)
-    quantize_mxfp4_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mode="rceil",
+    quantize_mxfp4_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil",
                        str sf_layout="swizzled", bool pdl=True) -> ()
     dequantize_nvfp4.Tensor(Tensor q, Tensor sf, Tensor tensor_sf, str sf_layout="swizzled",
                             str dtype="bfloat16", bool pdl=True) -> Tensor
@@ -290,9 +290,9 @@ for _overload, _scale in ((".Tensor", "Tensor tensor_sf"), ("", "float tensor_sf
               _dequantize_nvfp4, _dequantize_nvfp4_fake)
     _register("dequantize_nvfp4_out" + _overload, f"Tensor q, Tensor sf, {_scale}, Tensor(a!) out, "
               f"{_DEQUANTIZE_TAIL}", "()", _dequantize_nvfp4_out, _dequantize_nvfp4_out_fake)
-_register("quantize_mxfp4", f'Tensor x, str mode="rceil", {_QUANTIZE_TAIL}, bool fp4_dtype=False',
+_register("quantize_mxfp4", f'Tensor x, str mx_mode="rceil", {_QUANTIZE_TAIL}, bool fp4_dtype=False',
           "(Tensor, Tensor)", _quantize_mxfp4, _quantize_mxfp4_fake)
-_register("quantize_mxfp4_out", f'Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mode="rceil", {_QUANTIZE_TAIL}',
+_register("quantize_mxfp4_out", f'Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil", {_QUANTIZE_TAIL}',
           "()", _quantize_mxfp4_out, _quantize_mxfp4_out_fake)
 _register("dequantize_mxfp4", f"Tensor q, Tensor sf, {_DEQUANTIZE_TAIL}", "Tensor", _dequantize_mxfp4,
           _dequantize_mxfp4_fake)

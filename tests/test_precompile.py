@@ -192,5 +192,5 @@ def test_quantize_with_jit_disabled_and_an_empty_cache_raises(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("RAISED FP4Q_DISABLE_JIT=1 forbids compiling"), out.stdout
     assert "python -m fp4q precompile --arch " in out.stdout
-    assert "input_dtype='float16'" in out.stdout  # the variant the call needed, by its config
+    assert "('FP4Q_INPUT_FP16', True)" in out.stdout  # the kernel the call needed, by its spec
     assert not list(tmp_path.rglob("*.fp4qbin"))

@@ -329,11 +329,15 @@ def test_every_op_bit_exact(shape, layout):
 
 
 def _opcheck_samples():
+    """One call of every overload. Scale tensors passed in are uint8 views (the ops take
+    uint8 scales as well as float8): opcheck's schema test compares arguments before and
+    after the call with arithmetic that torch does not implement for float8 types."""
     x = _cuda(_bits((300, 128)))
     t = torch.tensor(0.5, dtype=torch.float32, device="cuda")
     q, sf = ft.quantize_nvfp4(x, 0.5)
     ql, sfl = ft.quantize_nvfp4(x, 0.5, sf_layout="linear")
     qm, sfm = ft.quantize_mxfp4(x)
+    sf, sfl, sfm = (s.view(torch.uint8) for s in (sf, sfl, sfm))
     ops = torch.ops.fp4q
     return [
         (ops.quantize_nvfp4.default, (x, 0.5)), (ops.quantize_nvfp4.default, (x, 0.5, "linear", False, True)),
