@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-import bench_triton
+import bench_triton as triton_kernel
 import sweep_ops
 import timing
 from bench_measure import Case, as_cupy, compare, timed_row
@@ -133,18 +133,18 @@ def bench_triton(env, case: Case) -> Row:
     name = "triton (bench_triton, best tile)"
     if env.torch is None:
         return Row(name, status=f"needs torch: {env.torch_status}")
-    if bench_triton.triton is None:
-        return Row(name, status=bench_triton.TRITON_STATUS)
-    q, sf = bench_triton.outputs(env.torch, case.xt)
+    if triton_kernel.triton is None:
+        return Row(name, status=triton_kernel.TRITON_STATUS)
+    q, sf = triton_kernel.outputs(env.torch, case.xt)
     tiles = []
-    for tile in bench_triton.CONFIGS:
+    for tile in triton_kernel.CONFIGS:
         label = f"{tile[0]}x{tile[1]}/{tile[2]}w"
         try:
             q.fill_(0xAB)
             sf.fill_(0xAB)
-            bench_triton.quantize(case.xt, case.tsf_t, q, sf, tile)
+            triton_kernel.quantize(case.xt, case.tsf_t, q, sf, tile)
             exact, detail = compare(env, case, q, sf, layout="swizzled")
-            t = timing.time_fn(lambda tile=tile: bench_triton.quantize(case.xt, case.tsf_t, q, sf, tile),
+            t = timing.time_fn(lambda tile=tile: triton_kernel.quantize(case.xt, case.tsf_t, q, sf, tile),
                                warmup=env.args.warmup, reps=env.args.reps)
         except Exception as exc:  # noqa: BLE001
             tiles.append(dict(tile=label, status=env.fail(f"{case.m}x{case.k} triton tile {label}", exc)))
@@ -157,7 +157,7 @@ def bench_triton(env, case: Case) -> Row:
     best = min(timed, key=lambda t: t["median_us"])
     env.best_tile[(case.m, case.k)] = best["tile_tuple"]
     others = ", ".join(f"{t['tile']} {t['median_us']:.1f}" for t in timed if t is not best)
-    note = (f"best of {len(bench_triton.CONFIGS)} tiles (rows x elements/warps): {best['tile']}; others (us): "
+    note = (f"best of {len(triton_kernel.CONFIGS)} tiles (rows x elements/warps): {best['tile']}; others (us): "
             f"{others}; swizzled scales, out= given")
     if best["detail"]:
         note += "; " + best["detail"]
@@ -270,10 +270,10 @@ def bench_host(env) -> list[dict]:
             runs.append(("torch.compile (spec formula)", lambda: compiled(xt, tsf_t), 1000))
         except Exception as exc:  # noqa: BLE001
             env.fail("host overhead: torch.compile", exc)
-        if bench_triton.triton is not None:
-            tq, tsf8 = bench_triton.outputs(torch, xt)
-            tile = env.best_tile.get((m, k), bench_triton.CONFIGS[0])
-            runs.append(("triton (bench_triton)", lambda: bench_triton.quantize(xt, tsf_t, tq, tsf8, tile), 1000))
+        if triton_kernel.triton is not None:
+            tq, tsf8 = triton_kernel.outputs(torch, xt)
+            tile = env.best_tile.get((m, k), triton_kernel.CONFIGS[0])
+            runs.append(("triton (bench_triton)", lambda: triton_kernel.quantize(xt, tsf_t, tq, tsf8, tile), 1000))
     rows = []
     for name, fn, calls in runs:
         try:
@@ -334,10 +334,10 @@ def bench_corner(env) -> list[dict]:
             contenders.append(("torch.compile (spec formula)", lambda tsf: compiled(xt, t_scalar(tsf))))
         except Exception as exc:  # noqa: BLE001
             env.fail("corner cases: torch.compile", exc)
-        if bench_triton.triton is not None:
+        if triton_kernel.triton is not None:
             def run_triton(tsf):
-                q, sf = bench_triton.outputs(torch, xt)
-                bench_triton.quantize(xt, t_scalar(tsf), q, sf, bench_triton.CONFIGS[0])
+                q, sf = triton_kernel.outputs(torch, xt)
+                triton_kernel.quantize(xt, t_scalar(tsf), q, sf, triton_kernel.CONFIGS[0])
                 sf = fp4q.unswizzle_sf(as_cupy(cp, sf).reshape(fp4q.swizzled_sf_shape(m, k // 16)), m, k // 16)
                 return q, sf
 

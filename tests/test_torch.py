@@ -229,6 +229,19 @@ def _every_op(x, t, y):
     return q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v
 
 
+def _functional_ops(x, t, y):
+    """Every op without its out= form."""
+    q, sf = ft.quantize_nvfp4(x, t)
+    q1, sf1, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout="linear", fp4_dtype=True)
+    qf, sff = ft.quantize_nvfp4(x, 0.75, sf_layout="linear")
+    qm, sfm = ft.quantize_mxfp4(x, mode="floor")
+    y1 = ft.dequantize_nvfp4(q, sf, t)
+    y2 = ft.dequantize_nvfp4(qf, sff, 0.75, sf_layout="linear", dtype="float32")
+    y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
+    v = ft.scaled_fp4_quant(x, t)
+    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v
+
+
 def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
     """fullgraph (a graph break is an error), dynamic shapes (one compile for three
     shapes), on fake CUDA tensors: the eager backend needs no device. AOT autograd
@@ -495,21 +508,30 @@ def _check_compiled(bits, tsf, got):
     assert_bytes_equal(_bytes(got[5]).view(np.uint32), y.view(np.uint32), "dequantized")
 
 
+INDUCTOR_OUT_OPS = pytest.mark.xfail(
+    raises=torch._dynamo.exc.BackendCompilerFailed, strict=True,
+    reason="inductor's lowering stops at the out= ops' auto_functionalized_v2 nodes ('auto_functionalized_v2 was "
+           "not removed', torch 2.11); aot_eager runs them")
+
+
 @gpu
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compile_fullgraph_dynamic_on_the_device(backend):
+@pytest.mark.parametrize("backend, ops", [
+    ("aot_eager", _every_op), ("inductor", _functional_ops),
+    pytest.param("inductor", _every_op, marks=INDUCTOR_OUT_OPS, id="inductor-out_ops"),
+])
+def test_compile_fullgraph_dynamic_on_the_device(backend, ops):
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend(backend)
-    compiled = torch.compile(_every_op, backend=counter, fullgraph=True, dynamic=True)
+    compiled = torch.compile(ops, backend=counter, fullgraph=True, dynamic=True)
     compiled_q = torch.compile(_quantize_and_back, backend=backend, fullgraph=True, dynamic=True)
     for m, k in ((300, 320), (1000, 640)):
         bits = _bits((m, k))
         x = _cuda(bits)
         t = torch.tensor(float(reference.global_scale(bits)), dtype=torch.float32, device="cuda")
         got = compiled(x, t, torch.empty_like(x))
-        want = _every_op(x, t, torch.empty_like(x))
+        want = ops(x, t, torch.empty_like(x))
         torch.cuda.synchronize()
         assert len(got) == len(want)
         for i, (g, w) in enumerate(zip(got, want)):
