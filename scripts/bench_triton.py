@@ -54,10 +54,11 @@ CONFIGS = (
 # Magnitude bits of the e2m1 thresholds: code = how many are passed. RNE ties:
 # 0.25, 1.25, 2.5 and 5 round down (strictly above passes), 0.75, 1.75 and 3.5
 # round up (at or above passes).
-T025, T075, T125, T175, T25, T35, T5 = (0x3E800000, 0x3F400000, 0x3FA00000, 0x3FE00000, 0x40200000, 0x40600000,
-                                        0x40A00000)
+_THRESHOLDS = (0x3E800000, 0x3F400000, 0x3FA00000, 0x3FE00000, 0x40200000, 0x40600000, 0x40A00000)
 
 if triton is not None:
+    # A jit function reads a global only when it is a constexpr object.
+    T025, T075, T125, T175, T25, T35, T5 = (tl.constexpr(t) for t in _THRESHOLDS)
 
     @triton.jit
     def _e4m3(s):

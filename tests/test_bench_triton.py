@@ -170,3 +170,21 @@ def test_every_benchmark_tile(interpreted, i):
 
 def test_bad_arguments_are_refused(interpreted):
     assert interpreted["refused"] == [True, True]
+
+
+@pytest.mark.parametrize("tile", bench_triton.CONFIGS, ids=lambda t: f"{t[0]}x{t[1]}")
+def test_the_kernel_compiles_for_hopper_without_a_gpu(tile):
+    """The interpreter accepts what Triton's compiler may not (globals that are not
+    constexpr objects, say): compile each benchmarked tile to a cubin for sm_90."""
+    import inspect
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    kernel = bench_triton._nvfp4_kernel
+    names = list(inspect.signature(kernel.fn).parameters)
+    types = ["*i32", "*i32", "*i32", "*fp32", "i32", "i32", "i32", "constexpr", "constexpr"]
+    source = ASTSource(fn=kernel, signature=dict(zip(names, types)),
+                       constexprs={(names.index("BLOCK_M"),): tile[0], (names.index("BLOCK_K"),): tile[1]})
+    compiled = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": tile[2]})
+    assert compiled.asm["cubin"][:4] == b"\x7fELF"
