@@ -11,11 +11,10 @@ import collections
 import threading
 from dataclasses import dataclass
 
-from ..kernels.spec import Swizzle
+from ..kernels.spec import MAX_BOX_DIM, Swizzle
 from .driver import check
 
 MAX_RANK = 5
-MAX_BOX_DIM = 256
 MAX_DIM = 1 << 32
 MAX_STRIDE = 1 << 40
 
