@@ -53,10 +53,11 @@ def test_torch_host_rows_call_what_they_name():
     runs = bench_contenders.torch_host_runs(env, xt, 1.0)
     assert [name for name, _, _ in runs] == [
         "torch.ops.fp4q.quantize_nvfp4 (eager, allocating from torch)",
+        "torch.ops.fp4q.quantize_nvfp4.default (the overload named)",
         "fp4q.quantize_nvfp4 on torch tensors, out= given",
         "torch.add(a, b, out=c) (torch's dispatcher floor)",
     ]
-    for _, call, _ in runs[:2]:
+    for _, call, _ in runs[:3]:
         with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
             call()
-    runs[2][1]()
+    runs[3][1]()
