@@ -88,6 +88,15 @@ def bench_fp4q(env, case: Case, pdl: bool) -> Row:
     return row
 
 
+def with_comparison(env, case: Case, row: Row, exact: str, detail: str) -> Row:
+    """``row`` with its bit-exactness, and a difference noted in the row and the run's findings."""
+    row.exact = exact
+    if detail:
+        row.note += "; " + detail
+        env.findings.append(f"{case.m}x{case.k} {row.contender}: {detail}")
+    return row
+
+
 def bench_torch_eager(env, case: Case) -> Row:
     name = "torch eager (spec formula)"
     if env.torch is None:
@@ -97,11 +106,7 @@ def bench_torch_eager(env, case: Case) -> Row:
     exact, detail = compare(env, case, q, sf)
     row = timed_row(env, name, lambda: fn(case.xt, case.tsf_t), entries=EAGER_LAUNCHES,
                      note="linear scales; allocates its outputs")
-    row.exact = exact
-    if detail:
-        row.note += "; " + detail
-        env.findings.append(f"{case.m}x{case.k} {name}: {detail}")
-    return row
+    return with_comparison(env, case, row, exact, detail)
 
 
 def bench_torch_compile(env, case: Case) -> Row:
@@ -121,12 +126,8 @@ def bench_torch_compile(env, case: Case) -> Row:
     exact, detail = compare(env, case, q, sf)
     row = timed_row(env, name, lambda: compiled(case.xt, case.tsf_t), entries=COMPILED_LAUNCHES,
                      note=f"mode=default, fullgraph; first call (compile) {compile_s:.1f} s; linear scales")
-    row.exact = exact
     row.extra["compile_s"] = round(compile_s, 2)
-    if detail:
-        row.note += "; " + detail
-        env.findings.append(f"{case.m}x{case.k} {name}: {detail}")
-    return row
+    return with_comparison(env, case, row, exact, detail)
 
 
 def bench_triton(env, case: Case) -> Row:

@@ -7,7 +7,7 @@ import pytest
 
 from fp4q.jit import render as codegen
 from fp4q.kernels.archs import ARCHS, EMULATED_SM_80, fits
-from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from fp4q.kernels.dequantize import DequantizeSimtConfig
 from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
 from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError

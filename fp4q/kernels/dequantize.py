@@ -68,8 +68,21 @@ class DequantizeSmem:
     total: int  # including the alignment slack requested at launch
 
 
+class _CallFormat:
+    """What the call fields (``fmt``, ``out_dtype``) make of both dequantize kernels."""
+
+    @property
+    def group_size(self) -> int:
+        return GROUP_SIZE[self.fmt]
+
+    @property
+    def unit(self) -> int:
+        """Output elements per 16-byte store."""
+        return STORE_BYTES // OUT_BYTES[self.out_dtype]
+
+
 @dataclass(frozen=True)
-class DequantizeConfig:
+class DequantizeConfig(_CallFormat):
     """One TMA dequantization kernel.
 
     A tile is ``tile_m`` rows x ``tile_k`` elements, loaded by TMA as one box
@@ -117,15 +130,6 @@ class DequantizeConfig:
         check_fits_sm(self)
 
     @property
-    def group_size(self) -> int:
-        return GROUP_SIZE[self.fmt]
-
-    @property
-    def unit(self) -> int:
-        """Output elements per 16-byte store."""
-        return STORE_BYTES // OUT_BYTES[self.out_dtype]
-
-    @property
     def consumer_threads(self) -> int:
         return self.consumer_warps * WARP
 
@@ -167,7 +171,7 @@ class DequantizeConfig:
 
 
 @dataclass(frozen=True)
-class DequantizeSimtConfig:
+class DequantizeSimtConfig(_CallFormat):
     """The dequantization kernel without TMA, for shapes and pointers TMA cannot address."""
 
     threads: int = 256
@@ -180,14 +184,6 @@ class DequantizeSimtConfig:
     def __post_init__(self) -> None:
         _check_call_fields(self)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE[self.fmt]
-
-    @property
-    def unit(self) -> int:
-        return STORE_BYTES // OUT_BYTES[self.out_dtype]
 
     @functools.cached_property
     def spec(self) -> KernelSpec:

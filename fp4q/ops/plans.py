@@ -13,7 +13,6 @@ already fixes.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 
 from ..cuda.driver import in_context, is_current
@@ -128,10 +127,6 @@ class KernelLaunch:
     def tickets(self, stream: int) -> int:
         """The tile counter of a launch on ``stream`` (0: the static tile order)."""
         return counter_for(self.kernel.device, stream) if self.dynamic else 0
-
-    @property
-    def grid(self) -> int:
-        return self.template.grid
 
     def __call__(self, stream: int, pdl: bool, values: tuple, map_pointers: tuple = ()) -> None:
         """Pack ``values`` (in the order of the ``arg_names`` given at construction) and
