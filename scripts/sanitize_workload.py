@@ -2,7 +2,11 @@
 (NVFP4 and MXFP4; TMA, vector and plain kernels) on ragged shapes, both
 scale layouts, both tensor_sf modes (NVFP4), then every shipped dequantize
 config on both formats, then a shape with more TMA tiles than CTAs (the
-dynamic tile order); each result checked against the reference.
+dynamic tile order); each result checked against the reference. With
+``--emulate-sm80`` the device is mapped to the pre-Hopper test target
+(sm_80's kernels and choices, compiled for sm_90a), so the code an A100
+would run is the code under the sanitizers: the SIMT quantizers and
+dequantizer, and the default calls.
 
 Outputs go into buffers pre-filled with 0xFF: a byte the kernel fails to
 write shows up as a mismatch, and initcheck (which does not see TMA stores
@@ -19,7 +23,9 @@ import cupy as cp
 import numpy as np
 
 import fp4q
+from fp4q.cuda import driver
 from fp4q.numerics import reference
+from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.kernels.dequantize import DequantizeConfig
 from fp4q.kernels.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
 
@@ -32,10 +38,21 @@ SIMT_SHAPES = SHAPES + [(33, 80), (7, 16)]
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", default="all", help="comma-separated shipped names, or 'all'")
+    parser.add_argument("--emulate-sm80", action="store_true",
+                        help=f"run the pre-Hopper kernels, built as {EMULATED_SM_80} (needs an sm_90a device)")
     args = parser.parse_args()
-    configs = {**SHIPPED, **SHIPPED_MX, **SIMT}
+    configs = {**SIMT} if args.emulate_sm80 else {**SHIPPED, **SHIPPED_MX, **SIMT}
     if args.configs != "all":
         configs = {name: configs[name] for name in args.configs.split(",")}
+    dequantize_configs = DEQUANTIZE
+    if args.emulate_sm80:
+        real = driver.target_for(driver.device(cp.cuda.Device().id).compute_capability)
+        if real != "sm_90a":
+            print(f"--emulate-sm80 needs an sm_90a device, this one's target is {real}", flush=True)
+            return 2
+        driver.target_for = lambda cc, device=None: EMULATED_SM_80
+        assert driver.device(cp.cuda.Device().id).arch == EMULATED_SM_80
+        dequantize_configs = {n: c for n, c in DEQUANTIZE.items() if not isinstance(c, DequantizeConfig)}
     rng = np.random.default_rng(0)
     failures = 0
     start = time.perf_counter()
@@ -66,18 +83,20 @@ def main() -> int:
                         failures += 1
                         print(f"MISMATCH {name} {m}x{k} {layout} device_sf={device_sf}", flush=True)
         print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
-    failures += dequantize_pass(rng, start)
-    failures += dynamic_order_pass(rng, start)
+    failures += dequantize_pass(rng, start, dequantize_configs)
+    failures += dynamic_order_pass(rng, start, dequantize_configs)
+    failures += global_scale_pass(rng, start)
     cp.cuda.Device().synchronize()
-    print(f"sanitize workload: {len(configs)} quantize and {len(DEQUANTIZE)} dequantize configs, "
+    target = driver.device(cp.cuda.Device().id).arch
+    print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
           f"{failures} mismatches", flush=True)
     return 1 if failures else 0
 
 
-def dequantize_pass(rng, start: float) -> int:
-    """Every shipped dequantize config, both formats, bf16 output into a 0xFF-filled buffer."""
+def dequantize_pass(rng, start: float, configs: dict) -> int:
+    """Every given dequantize config, both formats, bf16 output into a 0xFF-filled buffer."""
     failures = 0
-    for name, cfg in DEQUANTIZE.items():
+    for name, cfg in configs.items():
         for m, k in SHAPES:
             bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
             for fmt in ("nvfp4", "mxfp4"):
@@ -97,7 +116,7 @@ def dequantize_pass(rng, start: float) -> int:
     return failures
 
 
-def dynamic_order_pass(rng, start: float) -> int:
+def dynamic_order_pass(rng, start: float, configs: dict) -> int:
     """The default quantize config and the TMA dequantize configs on DYNAMIC_SHAPE, into 0xFF-filled outputs."""
     failures = 0
     m, k = DYNAMIC_SHAPE
@@ -111,7 +130,7 @@ def dynamic_order_pass(rng, start: float) -> int:
             failures += 1
             print(f"MISMATCH default config {m}x{k} {layout}", flush=True)
     y_ref = reference.dequantize_nvfp4(q_ref, sf_ref, 0.75, sf_layout="linear", dtype="bfloat16").view(np.uint16)
-    for name, cfg in DEQUANTIZE.items():
+    for name, cfg in configs.items():
         if isinstance(cfg, DequantizeConfig):
             out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
             fp4q.dequantize_nvfp4(q, sf, 0.75, sf_layout="linear", out=out, config=cfg)
@@ -119,6 +138,25 @@ def dynamic_order_pass(rng, start: float) -> int:
                 failures += 1
                 print(f"MISMATCH {name} {m}x{k}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  dynamic tile order, {m}x{k}", flush=True)
+    return failures
+
+
+def global_scale_pass(rng, start: float) -> int:
+    """The global scale on ragged shapes, then a quantize with ``tensor_sf="dynamic"`` (the chained pair)."""
+    failures = 0
+    for m, k in SHAPES:
+        bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        x = cp.asarray(bits)
+        want = np.float32(reference.global_scale(bits))
+        got = fp4q.global_scale(x)
+        q, sf, scale = fp4q.quantize_nvfp4(x, "dynamic")
+        q_ref, sf_ref = reference.quantize_nvfp4(bits, float(want))
+        if not (cp.asnumpy(got).view(np.uint32) == want.view(np.uint32)
+                and cp.asnumpy(scale).view(np.uint32) == want.view(np.uint32)
+                and np.array_equal(cp.asnumpy(q), q_ref) and np.array_equal(cp.asnumpy(sf), sf_ref)):
+            failures += 1
+            print(f"MISMATCH global scale {m}x{k}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  global scale and dynamic quantize", flush=True)
     return failures
 
 
