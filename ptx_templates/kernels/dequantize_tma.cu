@@ -11,9 +11,7 @@
 // each stage's tile, in the order next_tile() gives.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
-#include "pipeline/pdl.cuh"
-#include "pipeline/tile_order.cuh"
-#include "pipeline/tma_ring.cuh"
+#include "pipeline/tma_producer.cuh"
 #include "ptx/tma.cuh"
 
 constexpr int THREADS = 32 + CONSUMER_THREADS;
@@ -34,8 +32,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
                     i32 rows, i32 cols,
                     u32* __restrict__ tickets) {
     extern __shared__ u8 smem_raw[];
-    // TMA destinations need 128-byte alignment; the launch adds the slack.
-    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
+    u8* smem = align_smem<128>(smem_raw);
     const Tiles tiles = tiles_of(rows, cols);
     const Ring ring = ring_init(smem + OFF_BARRIERS);
     int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
@@ -43,18 +40,11 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
             prefetch_tensormap(&q_map);
-            // The codes may be written by the previous kernel.
-            pdl_wait();
-            int i = 0;
-            for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
-                const int stage = ring_produce_tile(ring, stage_tiles, i, tile, STAGE_BYTES);
+            produce_tiles(ring, stage_tiles, tiles, tickets, STAGE_BYTES, [&](int stage, int tile) {
                 cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map,
                                                          tile_k0(tiles, tile) / 2, tile_m0(tiles, tile),
                                                          &ring.full[stage]);
-            }
-            tickets_retire(tickets);
-            pdl_launch_dependents();
-            ring_close(ring, stage_tiles, i);
+            });
         }
         return;
     }

@@ -12,9 +12,7 @@
 #include "layout/tma_swizzle.cuh"
 #include "numerics/quantize_chunk64.cuh"
 #include "numerics/tensor_scale.cuh"
-#include "pipeline/pdl.cuh"
-#include "pipeline/tile_order.cuh"
-#include "pipeline/tma_ring.cuh"
+#include "pipeline/tma_producer.cuh"
 #include "ptx/bulk_group.cuh"
 #include "ptx/setmaxnreg.cuh"
 #include "ptx/sync.cuh"
@@ -73,8 +71,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                         i32 rows, i32 cols,
                         u32* __restrict__ tickets) {
     extern __shared__ u8 smem_raw[];
-    // TMA swizzling needs 1024-byte aligned buffers; the launch adds the slack.
-    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+    u8* smem = align_smem<1024>(smem_raw);
     const int groups = cols / SF_VEC;
     const Tiles tiles = tiles_of(rows, cols);
     const Ring ring = ring_init(smem + OFF_BARRIERS);
@@ -88,12 +85,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
 #endif
         if (threadIdx.x == 0) {
             prefetch_tensormap(&in_map);
-            // Everything above overlapped the previous kernel; its writes to
-            // our input must be visible before the first load.
-            pdl_wait();
-            int i = 0;
-            for (int tile = blockIdx.x; tile < tiles.count; tile = next_tile(tile, tickets), ++i) {
-                const int stage = ring_produce_tile(ring, stage_tiles, i, tile, IN_STAGE_BYTES);
+            produce_tiles(ring, stage_tiles, tiles, tickets, IN_STAGE_BYTES, [&](int stage, int tile) {
                 const int m0 = tile_m0(tiles, tile);
                 const int k0 = tile_k0(tiles, tile);
                 u8* dst = smem + OFF_IN + stage * IN_STAGE_BYTES;
@@ -102,11 +94,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                     cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &in_map,
                                                              k0 + b * IN_BOX_K, m0, &ring.full[stage]);
                 }
-            }
-            tickets_retire(tickets);
-            // All loads are issued: the next kernel may start its prologue.
-            pdl_launch_dependents();
-            ring_close(ring, stage_tiles, i);
+            });
         }
         return;
     }
