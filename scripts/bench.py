@@ -68,7 +68,7 @@ from bench_report import Row, markdown  # noqa: E402
 
 # Decode-sized rows (16, 128), prefill-sized row counts over the common hidden
 # sizes (256, 512, 1024 rows), and large tensors that stream from HBM.
-DEFAULT_SHAPES = ",".join(["16x4096", "128x7168"] + [f"{m}x{k}" for m in (256, 512) for k in (2048, 5120, 7168, 8192)]
+DEFAULT_SHAPES = ",".join(["1x4096", "16x4096", "128x7168"] + [f"{m}x{k}" for m in (256, 512) for k in (2048, 5120, 7168, 8192)]
                           + ["1024x4096", "4096x7168", "8192x8192", "16384x16384"])
 QUICK_SHAPES = "16x4096,1024x4096,8192x8192"
 

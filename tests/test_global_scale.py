@@ -215,7 +215,7 @@ def test_repeated_calls_reuse_their_plan_with_new_pointers():
             x = cp.asarray(host)[:, start:start + 512]
             want = reference.global_scale(np.ascontiguousarray(host[:, start:start + 512]))
             assert_scale(_scale_of(x), want, f"start {start} trial {trial}")
-            plan = plans.plans.get(("global_scale", x.shape, x.strides, x.dtype.name, x.data.device_id))
+            plan = plans.plans.get(("global_scale", x.shape, x.strides, False, x.dtype.name, x.data.device_id))
             assert plan is not None and (not x.data.ptr % 16) in plan.launches
     stream = cp.cuda.Stream(non_blocking=True)
     x = cp.asarray(wide)

@@ -314,7 +314,7 @@ def call(gpu, x, tensor_sf=1.0, **kwargs):
 
 def plan_of(x, *rest):
     """The stored plan of quantize_nvfp4(x) with the default layout and config."""
-    key = ("quantize", api.NVFP4, x.shape, x.strides, x.dtype.name, x.data.device_id, "swizzled", id(None))
+    key = ("quantize", api.NVFP4, x.shape, x.strides, False, x.dtype.name, x.data.device_id, "swizzled", id(None))
     return plans.plans.get(key)
 
 

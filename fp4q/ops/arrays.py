@@ -74,6 +74,12 @@ class Operand:
         return self.obj.strides
 
     @property
+    def stride_key(self) -> tuple:
+        """The strides as the array's library keeps them (torch: elements, CuPy: bytes):
+        cheaper than ``strides``, and exact in a plan key beside the dtype and ``is_torch``."""
+        return self.obj.stride() if self.is_torch else self.obj.strides
+
+    @property
     def c_contiguous(self) -> bool:
         if self.is_torch:
             return self.obj.is_contiguous()
@@ -137,8 +143,9 @@ _TORCH_DTYPE_NAMES: dict = {}
 
 
 def _from_cupy(a) -> Operand:
-    data = a.data
-    return Operand(a, data.ptr, a.shape, _dtype_name(a.dtype), data.device_id, False)
+    data, dtype = a.data, a.dtype
+    name = _DTYPE_NAMES.get(dtype.num) or _dtype_name(dtype)
+    return Operand(a, data.ptr, a.shape, name, data.device_id, False)
 
 
 def _has(x, attr: str) -> bool:

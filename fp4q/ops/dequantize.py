@@ -121,7 +121,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     check_choice("dtype", dtype, OUT_DTYPES)
     qa = as_operand(q, "q")
-    key = ("dequantize", fmt, qa.shape, qa.strides, qa.dtype, qa.device, sf_layout, dtype, id(config))
+    key = ("dequantize", fmt, qa.shape, qa.stride_key, qa.is_torch, qa.dtype, qa.device, sf_layout, dtype, id(config))
     plan = plans.get(key)
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, codes_view(qa, fmt), fmt, sf_layout, dtype))

@@ -67,7 +67,7 @@ def global_scale(x, *, stream=None, pdl=True, outputs=cupy_outputs):
     strided or not).
     """
     xa = as_operand(x, "x")
-    key = ("global_scale", xa.shape, xa.strides, xa.dtype, xa.device)
+    key = ("global_scale", xa.shape, xa.stride_key, xa.is_torch, xa.dtype, xa.device)
     plan = plans.get(key)
     if plan is None:
         plan = plans.put(key, _Plan(input_view(xa)))

@@ -163,7 +163,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     """The call path of both quantize functions; ``outputs`` allocates what the caller did not pass."""
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     xa = as_operand(x, "x")
-    key = ("quantize", fmt, xa.shape, xa.strides, xa.dtype, xa.device, sf_layout, id(config))
+    key = ("quantize", fmt, xa.shape, xa.stride_key, xa.is_torch, xa.dtype, xa.device, sf_layout, id(config))
     plan = plans.get(key)
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
