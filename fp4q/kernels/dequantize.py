@@ -68,8 +68,16 @@ class DequantizeSmem:
     total: int  # including the alignment slack requested at launch
 
 
+@dataclass(frozen=True)
 class _CallFormat:
-    """What the call fields (``fmt``, ``out_dtype``) make of both dequantize kernels."""
+    """The fields a call sets on both dequantize kernels (the format, output dtype,
+    scale layout, tensor-scale mode and target), and what they make of them."""
+
+    fmt: str = "nvfp4"
+    out_dtype: str = "bfloat16"
+    sf_layout: str = "swizzled"
+    tensor_sf_mode: str = "value"
+    arch: str = "sm_90a"
 
     @property
     def group_size(self) -> int:
@@ -97,11 +105,6 @@ class DequantizeConfig(_CallFormat):
     consumer_warps: int = 8
     min_ctas_per_sm: int = 2
     persistent: bool = True
-    fmt: str = "nvfp4"
-    out_dtype: str = "bfloat16"
-    sf_layout: str = "swizzled"
-    tensor_sf_mode: str = "value"
-    arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
@@ -175,11 +178,6 @@ class DequantizeSimtConfig(_CallFormat):
     """The dequantization kernel without TMA, for shapes and pointers TMA cannot address."""
 
     threads: int = 256
-    fmt: str = "nvfp4"
-    out_dtype: str = "bfloat16"
-    sf_layout: str = "swizzled"
-    tensor_sf_mode: str = "value"
-    arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
