@@ -12,11 +12,11 @@ with the best a Triton user would write, not a straw man:
   mantissa to 3 bits; subnormals: round s * 2**9 to an integer with the
   2**23 trick), saturating at 448, NaN -> 0x7F, sign kept;
 - r, inv are IEEE divisions (div_rn), as the spec requires;
-- e2m1 is seven integer compares on the magnitude bits of x * inv (NaN
-  magnitudes pass every threshold and give 7);
-- codes are packed into bytes, bytes into int32 words, and q is stored as
-  words; the four scales j..j+3 of a row are adjacent in the swizzled
-  layout, so scales are stored as int32 words too;
+- e2m1 is three rounding adds onto an integer grid and an integer min
+  (about ten operations per element; see _e2m1);
+- each word gives one byte of q (its two codes), stored where it stands:
+  a thread's consecutive words become one vector store of bytes, with no
+  cross-thread packing; scales are stored as bytes at their swizzled offsets;
 - the grid covers the padded scale tensor (rows up to a multiple of 128,
   groups up to a multiple of 4): the padding gets 0x00 from the same code,
   without a separate fill.
@@ -49,16 +49,21 @@ CONFIGS = (
     (8, 512, 8),
     (16, 256, 8),
     (16, 512, 8),
+    (8, 1024, 8),
+    (16, 1024, 8),
 )
 
-# Magnitude bits of the e2m1 thresholds: code = how many are passed. RNE ties:
-# 0.25, 1.25, 2.5 and 5 round down (strictly above passes), 0.75, 1.75 and 3.5
-# round up (at or above passes).
-_THRESHOLDS = (0x3E800000, 0x3F400000, 0x3FA00000, 0x3FE00000, 0x40200000, 0x40600000, 0x40A00000)
+# e2m1 by rounding onto the integer grid of M = 1.5 * 2**23 (bits 0x4B400000): the
+# code of |v| is rint(min(2|v|, |v| + 2, |v|/2 + 4, 7)), each branch one rounding
+# add; the branches are positive floats, so their bit patterns order like their
+# values and an integer min takes them (NaN and Inf, above every finite pattern,
+# give the clamp's 7 without a float min's NaN rules).
+_M = 12582912.0
+_M_BITS = 0x4B400000
 
 if triton is not None:
     # A jit function reads a global only when it is a constexpr object.
-    T025, T075, T125, T175, T25, T35, T5 = (tl.constexpr(t) for t in _THRESHOLDS)
+    M, M_BITS = tl.constexpr(_M), tl.constexpr(_M_BITS)
 
     @triton.jit
     def _e4m3(s):
@@ -89,23 +94,17 @@ if triton is not None:
     @triton.jit
     def _e2m1(v):
         """E2M1 codes (int32, 0..15) of float32 v: RNE with the spec's ties, saturation, NaN -> 7, -0 -> 8."""
+        a = tl.abs(v)
+        t0 = (a * 2.0 + M).to(tl.int32, bitcast=True)  # a * 2 and a * 0.5 are exact: one rounding each
+        t1 = (a + (M + 2.0)).to(tl.int32, bitcast=True)
+        t2 = (a * 0.5 + (M + 4.0)).to(tl.int32, bitcast=True)
+        code = tl.minimum(tl.minimum(t0, t1), tl.minimum(t2, M_BITS + 7)) - M_BITS
         bits = v.to(tl.int32, bitcast=True)
-        mag = bits & 0x7FFFFFFF
-        code = ((mag > T025).to(tl.int32) + (mag >= T075).to(tl.int32) + (mag > T125).to(tl.int32)
-                + (mag >= T175).to(tl.int32) + (mag > T25).to(tl.int32) + (mag >= T35).to(tl.int32)
-                + (mag > T5).to(tl.int32))
-        negative = (bits < 0) & (mag <= 0x7F800000)
+        negative = (bits < 0) & ((bits & 0x7FFFFFFF) <= 0x7F800000)
         return code | (negative.to(tl.int32) << 3)
 
     @triton.jit
-    def _pack4(b):
-        """(..., 2, 2) int32 bytes, [a, c] = byte 2a + c -> (...) int32 words, byte 0 lowest."""
-        even, odd = tl.split(b)
-        lo, hi = tl.split(even | (odd << 8))
-        return lo | (hi << 16)
-
-    @triton.jit
-    def _nvfp4_kernel(xw_ptr, qw_ptr, sfw_ptr, tsf_ptr, M, K, M_pad,
+    def _nvfp4_kernel(xw_ptr, q_ptr, sf_ptr, tsf_ptr, M, K, M_pad,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
         BG: tl.constexpr = BLOCK_K // 16
         pid_m = tl.program_id(0)
@@ -136,17 +135,14 @@ if triton is not None:
         x_lo = (w << 16).to(tl.float32, bitcast=True)
         x_hi = (w & -65536).to(tl.float32, bitcast=True)
         byte = _e2m1(x_lo * inv[:, :, None]) | (_e2m1(x_hi * inv[:, :, None]) << 4)  # (BM, BG, 8)
-        qw = _pack4(tl.reshape(byte, (BLOCK_M, BG, 2, 2, 2)))  # (BM, BG, 2): two q words per group
-        q_offs = (rows.to(tl.int64) * (K // 8))[:, None, None] + (groups * 2)[None, :, None] \
-            + tl.arange(0, 2)[None, None, :]
-        tl.store(qw_ptr + q_offs, qw, mask=valid[:, :, None])
+        # Word i of the row holds elements 2i and 2i + 1: its byte is q's byte i.
+        tl.store(q_ptr + offs, byte.to(tl.uint8), mask=valid[:, :, None])
 
-        sf_code = tl.where(valid, sf_code, 0) & 0xFF  # padding rows and groups are 0x00
-        sfw = _pack4(tl.reshape(sf_code, (BLOCK_M, BG // 4, 2, 2)))  # (BM, BG/4)
-        jw = pid_g * (BG // 4) + tl.arange(0, BG // 4)
-        sf_offs = (((rows // 128) * GW).to(tl.int64)[:, None] + jw[None, :]) * 128 \
-            + ((rows % 32) * 4 + (rows % 128) // 32)[:, None]
-        tl.store(sfw_ptr + sf_offs, sfw, mask=(rows < M_pad)[:, None] & (jw < GW)[None, :])
+        # The swizzled offset of scale (row, group); padding rows and groups get 0x00.
+        sf_code = tl.where(valid, sf_code, 0).to(tl.uint8)
+        sf_offs = (((rows // 128) * GW).to(tl.int64)[:, None] + (groups // 4)[None, :]) * 512 \
+            + ((rows % 32) * 16 + ((rows % 128) // 32) * 4)[:, None] + (groups % 4)[None, :]
+        tl.store(sf_ptr + sf_offs, sf_code, mask=(rows < M_pad)[:, None] & (groups < GW * 4)[None, :])
 
 
 def swizzled_sf_bytes(m: int, k: int) -> int:
@@ -178,5 +174,6 @@ def quantize(x, tsf, q, sf, config):
     m_pad = -(-m // 128) * 128
     g_pad = -(-(k // 16) // 4) * 4
     grid = (triton.cdiv(m_pad, block_m), triton.cdiv(g_pad * 16, block_k))
-    _nvfp4_kernel[grid](x.view(torch.int32), q.view(torch.int32), sf.view(torch.int32), tsf, m, k, m_pad,
-                        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=warps)
+    _nvfp4_kernel[grid](x.view(torch.int32), q, sf, tsf, m, k, m_pad,
+                        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=warps,
+                        enable_fp_fusion=False)  # x * inv is rounded before e2m1 (no fma into the grid add)
