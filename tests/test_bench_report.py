@@ -51,7 +51,8 @@ def test_formats_table_renders_ratios_and_failures():
 
 def test_default_shapes():
     shapes = bench.parse_shapes(bench.DEFAULT_SHAPES)
-    assert len(shapes) == len(set(shapes)) == 14
+    assert len(shapes) == len(set(shapes)) == 15
+    assert {(1, 4096), (16, 4096), (128, 7168), (1024, 4096)} <= set(shapes)
     assert {(m, k) for m in (256, 512) for k in (2048, 5120, 7168, 8192)} <= set(shapes)
     assert {(4096, 7168), (8192, 8192), (16384, 16384)} <= set(shapes)
     args = bench.parse_args(["--md", "none", "--out", "none"])
