@@ -136,7 +136,7 @@ def is_current(dev: Device) -> bool:
     Asked of the driver on every call: CuPy, torch or the caller may switch
     contexts between two calls, so the answer is never cached.
     """
-    result = driver_api().cuCtxGetCurrent()
+    result = (_driver_module or driver_api()).cuCtxGetCurrent()
     if result[0]:  # not CUDA_SUCCESS (0)
         check(result, "cuCtxGetCurrent")
     current = result[1]

@@ -120,7 +120,7 @@ class LaunchTemplate:
     mutable config; a launch only sets the stream on its thread's config.
     """
 
-    __slots__ = ("function", "grid", "block", "smem_bytes", "_local")
+    __slots__ = ("function", "grid", "block", "smem_bytes", "_local", "_cu")
 
     def __init__(self, function, grid: int, block: int, smem_bytes: int) -> None:
         self.function = function
@@ -128,6 +128,7 @@ class LaunchTemplate:
         self.block = block
         self.smem_bytes = smem_bytes
         self._local = threading.local()
+        self._cu = driver_api()
 
     def _configs(self) -> tuple:
         without, with_pdl = (_launch_config(self.grid, self.block, self.smem_bytes, pdl) for pdl in (False, True))
@@ -145,7 +146,7 @@ class LaunchTemplate:
             configs = self._local.configs
         except AttributeError:
             configs = self._configs()
-        cu = driver_api()
+        cu = self._cu
         config = configs[pdl]  # pdl is a bool: False -> 0, True -> 1
         config.hStream = cu.CUstream(stream)
         result = cu.cuLaunchKernelEx(config, self.function, params_address, 0)

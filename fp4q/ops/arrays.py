@@ -12,6 +12,7 @@ rules its key already fixes.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import sys
@@ -51,19 +52,16 @@ def torch_module():
     return sys.modules.get("torch")
 
 
-class Operand:
+class Operand(NamedTuple):
     """A CUDA array as the kernels see it; ``obj`` is what the caller passed (or a
-    zero-copy CuPy view of it)."""
+    zero-copy CuPy view of it). Built by ``new_operand``."""
 
-    __slots__ = ("obj", "ptr", "shape", "dtype", "device", "is_torch")
-
-    def __init__(self, obj, ptr: int, shape: tuple, dtype: str, device: int, is_torch: bool):
-        self.obj = obj
-        self.ptr = ptr
-        self.shape = shape
-        self.dtype = dtype
-        self.device = device
-        self.is_torch = is_torch
+    obj: object
+    ptr: int
+    shape: tuple
+    dtype: str
+    device: int
+    is_torch: bool
 
     @property
     def strides(self) -> tuple:
@@ -79,19 +77,20 @@ class Operand:
         cheaper than ``strides``, and exact in a plan key beside the dtype and ``is_torch``."""
         return self.obj.stride() if self.is_torch else self.obj.strides
 
-    @property
-    def c_contiguous(self) -> bool:
-        if self.is_torch:
-            return self.obj.is_contiguous()
-        return self.obj.flags.c_contiguous
+
+# ``new_operand((obj, ptr, shape, dtype, device, is_torch))``: an Operand without the
+# Python frame of NamedTuple's generated constructor (a call path builds three per call).
+new_operand = functools.partial(tuple.__new__, Operand)
 
 
 def as_operand(x, name: str) -> Operand:
     """``x`` as an Operand: a CuPy array or a torch CUDA tensor directly, anything
     else through DLPack or the CUDA array interface (via CuPy)."""
     cp = _cupy_module or cupy()
-    if type(x) is cp.ndarray:
-        return _from_cupy(x)
+    if type(x) is cp.ndarray:  # the common case, without a further call
+        data, dtype = x.data, x.dtype
+        name = _DTYPE_NAMES.get(dtype.num) or _dtype_name(dtype)
+        return new_operand((x, data.ptr, x.shape, name, data.device_id, False))
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
         return torch_operand(x, name)
@@ -136,16 +135,15 @@ def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
     dtype = _TORCH_DTYPE_NAMES.get(x.dtype)
     if dtype is None:
         dtype = _TORCH_DTYPE_NAMES[x.dtype] = str(x.dtype).removeprefix("torch.")
-    return Operand(x, x.data_ptr() if ptr is None else ptr, x.shape, dtype, x.get_device(), True)
+    return new_operand((x, x.data_ptr() if ptr is None else ptr, x.shape, dtype, x.get_device(), True))
 
 
 _TORCH_DTYPE_NAMES: dict = {}
 
 
 def _from_cupy(a) -> Operand:
-    data, dtype = a.data, a.dtype
-    name = _DTYPE_NAMES.get(dtype.num) or _dtype_name(dtype)
-    return Operand(a, data.ptr, a.shape, name, data.device_id, False)
+    data = a.data
+    return new_operand((a, data.ptr, a.shape, _dtype_name(a.dtype), data.device_id, False))
 
 
 def _has(x, attr: str) -> bool:
@@ -234,6 +232,7 @@ class TensorScale(NamedTuple):
 
 
 _F32 = struct.Struct("f")
+_value_scale = functools.partial(tuple.__new__, TensorScale)  # TensorScale without a Python frame
 
 
 def tensor_scale(tensor_sf, device: int) -> TensorScale:
@@ -242,7 +241,7 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
     if kind is float and TENSOR_SF_MIN <= tensor_sf <= TENSOR_SF_MAX:
         # Rounds like np.float32 (a C double-to-float cast); the bounds are float32
         # values, so a value between them rounds between them.
-        return TensorScale("value", _F32.unpack(_F32.pack(tensor_sf))[0], 0)
+        return _value_scale(("value", _F32.unpack(_F32.pack(tensor_sf))[0], 0))
     if kind is float or kind is int or (isinstance(tensor_sf, (int, float, np.floating, np.integer))
                                         and not isinstance(tensor_sf, (bool, np.bool_))):
         rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
@@ -302,7 +301,7 @@ def check_output(buf: Operand, name: str, shape: tuple, nbytes: int, dtypes, dev
     ``nbytes`` bytes), C-contiguity, and no overlap with any of ``others`` ((name, [start,
     end)) pairs)."""
     check_buffer(buf, name, shape, dtypes, device)
-    if not buf.c_contiguous:
+    if not (buf.obj.is_contiguous() if buf.is_torch else buf.obj.flags.c_contiguous):
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
     start, end = buf.ptr, buf.ptr + nbytes
     if nbytes:

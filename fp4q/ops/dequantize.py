@@ -134,7 +134,8 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     y = output(out, "out", plan.y_shape, plan.y_bytes, plan.y_dtypes, view.device,
                (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + plan.sf_bytes))), outputs, dtype, handle)
     check_pdl(pdl)
-    check_config_type(config)
+    if config is not None:  # None is always valid
+        check_config_type(config)
     if view.empty:
         return y.obj
     mode = scale.mode if fmt == "nvfp4" else "none"

@@ -177,7 +177,8 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     sf = output(sf_out, "sf_out", plan.sf_shape, plan.sf_bytes, plan.sf_dtypes, device,
                 (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))), outputs, plan.sf_role, handle)
     check_pdl(pdl)
-    check_config_type(config, fmt)
+    if config is not None:  # None is always valid
+        check_config_type(config, fmt)
     if plan.empty:
         return q.obj, sf.obj
     sf_ptr = sf.ptr

@@ -31,17 +31,12 @@ def torch_current_stream(device: int) -> int:
     return _torch_raw_stream(device)
 
 
-def current_stream(a: Operand) -> int:
-    """The raw handle of the stream a call on ``a`` runs on by default."""
-    if a.is_torch:
-        return torch_current_stream(a.device)
-    return cupy().cuda.get_current_stream(a.device).ptr
-
-
 def stream_handle(stream, a: Operand) -> int:
     """The raw CUstream for ``stream`` (``None``: the input's library's current stream)."""
     if stream is None:
-        return current_stream(a)
+        if a.is_torch:
+            return (_torch_raw_stream or torch_current_stream)(a.device)
+        return cupy().cuda.get_current_stream(a.device).ptr
     cp = cupy()
     if isinstance(stream, (cp.cuda.Stream, cp.cuda.ExternalStream)):
         stream_device = getattr(stream, "device_id", a.device)

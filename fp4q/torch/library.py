@@ -18,6 +18,7 @@ from ..ops.arrays import (
     check_choice,
     check_buffer,
     device_scale,
+    new_operand,
     tensor_scale,
     torch_operand,
 )
@@ -86,7 +87,7 @@ class TorchOutputs:
             # stream= other than torch's current one takes this path.
             with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=where)):
                 t = torch.empty_strided(shape, strides, dtype=dtype, device=where)
-        return Operand(t, t.data_ptr(), shape, name, device, True)
+        return new_operand((t, t.data_ptr(), shape, name, device, True))
 
 
 OUTPUTS = (TorchOutputs(False), TorchOutputs(True))
