@@ -29,7 +29,7 @@ from fp4q.jit import loader
 from fp4q.kernels import tuning
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.numerics.layouts import swizzled_sf_shape
-from fp4q.ops import arrays, plans
+from fp4q.ops import arrays, plans, streams
 from fp4q.ops import quantize as api
 
 cu = pytest.importorskip("cuda.bindings.driver")
@@ -208,6 +208,7 @@ class FakeDriver:
 def gpu(monkeypatch):
     fake_cupy, fake = FakeCupy(), FakeDriver()
     monkeypatch.setattr(arrays, "_cupy_module", fake_cupy)
+    monkeypatch.setattr(streams, "_cupy_current_stream", None)  # bound to the fake on first use
     monkeypatch.setattr(driver, "_device", fake.device)
     monkeypatch.setattr(loader, "_load", fake.load)
     monkeypatch.setattr(loader, "_loaded", {})

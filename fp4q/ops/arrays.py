@@ -285,26 +285,25 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int) -> None:
-    """What a buffer's metadata must be: dtype, shape, device (the rules that hold for
-    torch's fake tensors too, whose symbolic sizes the contiguity rule would specialize)."""
+def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int, nbytes: int | None = None,
+                 others=()) -> None:
+    """A buffer's rules, in the order of their messages: dtype, shape, device; then, for
+    a real buffer (``nbytes`` given: ``dtypes`` are all of one size, so ``shape`` holds
+    ``nbytes`` bytes), C-contiguity and no overlap with any of ``others`` ((name,
+    [start, end)) pairs). Torch's fake tensors are checked without ``nbytes``: they
+    have no addresses, and the contiguity rule would specialize their symbolic sizes."""
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
     if buf.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(buf.shape)}")
     if buf.device != device:
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
-
-
-def check_output(buf: Operand, name: str, shape: tuple, nbytes: int, dtypes, device: int, others) -> None:
-    """A caller's buffer: ``check_buffer`` (``dtypes`` all of one size, so ``shape`` holds
-    ``nbytes`` bytes), C-contiguity, and no overlap with any of ``others`` ((name, [start,
-    end)) pairs)."""
-    check_buffer(buf, name, shape, dtypes, device)
+    if nbytes is None:
+        return
     if not (buf.obj.is_contiguous() if buf.is_torch else buf.obj.flags.c_contiguous):
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
-    start, end = buf.ptr, buf.ptr + nbytes
     if nbytes:
+        start, end = buf.ptr, buf.ptr + nbytes
         for other, (other_start, other_end) in others:
             if other_start < end and start < other_end and other_start != other_end:
                 raise ValueError(

@@ -27,7 +27,7 @@ from .arrays import (
     RowsView,
     as_operand,
     check_choice,
-    check_output,
+    check_buffer,
     check_pdl,
     rows_view,
     sf_shape,
@@ -128,7 +128,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     view = plan.view
     q_span = view.span(qa.ptr)
     sfa = as_operand(sf, "sf")
-    check_output(sfa, "sf", plan.sf_shape, plan.sf_bytes, plan.sf_dtypes, view.device, ())
+    check_buffer(sfa, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
     scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
     handle = stream_handle(stream, qa)
     y = output(out, "out", plan.y_shape, plan.y_bytes, plan.y_dtypes, view.device,

@@ -31,12 +31,23 @@ def torch_current_stream(device: int) -> int:
     return _torch_raw_stream(device)
 
 
+_cupy_current_stream = None
+
+
+def _cupy_stream_getter():
+    global _cupy_current_stream
+    _cupy_current_stream = cupy().cuda.get_current_stream
+    return _cupy_current_stream
+
+
 def stream_handle(stream, a: Operand) -> int:
-    """The raw CUstream for ``stream`` (``None``: the input's library's current stream)."""
+    """The raw CUstream for ``stream`` (``None``: the input's library's current stream).
+    The two current-stream getters are bound on first use, so the default costs no
+    further Python call."""
     if stream is None:
         if a.is_torch:
             return (_torch_raw_stream or torch_current_stream)(a.device)
-        return cupy().cuda.get_current_stream(a.device).ptr
+        return (_cupy_current_stream or _cupy_stream_getter())(a.device).ptr
     cp = cupy()
     if isinstance(stream, (cp.cuda.Stream, cp.cuda.ExternalStream)):
         stream_device = getattr(stream, "device_id", a.device)

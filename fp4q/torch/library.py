@@ -70,7 +70,7 @@ class TorchOutputs:
 
     def __call__(self, role: str, shape: tuple, device: int, stream: int) -> Operand:
         dtype, name = self._dtypes[role]
-        where = _device(device)
+        where = _devices.get(device) or _device(device)
         # empty_strided: torch.empty derives the same strides, at about 1 us more per call.
         strides = self._strides.get(shape)
         if strides is None:
