@@ -1,11 +1,12 @@
 """cProfile of the host side of one quantize call with warm caches (needs a GPU).
 
-``--floors`` instead times (unprofiled, best of 5 x 4000 calls, 16x4096) the
-torch calls of fp4q beside what no such call can go below on this host: a
-custom op defined the same way (``torch.library.Library`` with a Python
-kernel) that does nothing, one that only allocates the two outputs, the
-allocation alone, one ``cuLaunchKernelEx`` of the kernel, and a torch
-built-in with out= (the dispatcher's floor)."""
+``--floors`` instead times (unprofiled: the best of 5 runs of
+``timing.host_us_per_call`` over 4000 calls, 16x4096) the torch calls of
+fp4q beside what no such call can go below on this host: a custom op
+defined the same way (``torch.library.Library`` with a Python kernel) that
+does nothing, one that only allocates the two outputs, the allocation
+alone, one ``cuLaunchKernelEx`` of the kernel, and a torch built-in with
+out= (the dispatcher's floor)."""
 
 from __future__ import annotations
 
@@ -32,26 +33,8 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def best_us(fn, calls: int = 4000, rounds: int = 5) -> float:
-    """Host microseconds per call, best of ``rounds`` (the GPU drained between rounds)."""
-    import time
-
-    import torch
-
-    for _ in range(300):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return best
-
-
 def floors() -> None:
+    import timing
     import torch
 
     import fp4q
@@ -97,7 +80,8 @@ def floors() -> None:
         ("fp4q.quantize_nvfp4 on torch tensors, out= given", lambda: fp4q.quantize_nvfp4(xt, 1.0, out=qt, sf_out=sft)),
     ]
     for name, fn in rows:
-        print(f"| {name} | {best_us(fn):.2f} |", flush=True)
+        best = min(timing.host_us_per_call(fn, calls=4000) for _ in range(5))
+        print(f"| {name} | {best:.2f} |", flush=True)
 
 
 def main(argv=None) -> None:
