@@ -23,11 +23,13 @@ import numpy as np
 import pytest
 
 from fp4q.cuda import driver, tma
-from fp4q.cuda.launch import LaunchTemplate
+from fp4q.cuda import launch as launch_module
+from fp4q.cuda.launch import Launcher
 from fp4q.cuda.tma import TensorMapCache, TensorMapSpec
 from fp4q.jit import loader
 from fp4q.kernels import tuning
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.spec import KernelSpec, StrideGrid
 from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.ops import arrays, plans, streams
 from fp4q.ops import quantize as api
@@ -213,8 +215,8 @@ def gpu(monkeypatch):
     monkeypatch.setattr(loader, "_load", fake.load)
     monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.setattr(tma, "encode", fake.encode)
-    monkeypatch.setattr(plans, "counter_for", fake.counter_for)
-    monkeypatch.setattr(plans, "tensor_maps", TensorMapCache())
+    monkeypatch.setattr(launch_module, "counter_for", fake.counter_for)
+    monkeypatch.setattr(launch_module, "tensor_maps", TensorMapCache())
     for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuLaunchKernelEx"):
         monkeypatch.setattr(cu, name, getattr(fake, name))
     plans.plans.clear()
@@ -645,7 +647,7 @@ def test_tensor_maps_follow_the_pointers(gpu):
 
 
 def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
-    monkeypatch.setattr(plans, "MAPS_PER_LAUNCH", 2)
+    monkeypatch.setattr(launch_module, "MAPS_PER_LAUNCHER", 2)
     cp = gpu.cupy
     x = cp.array((128, 256))
     outs = [(cp.array((128, 128), np.uint8), swizzled(cp, 128, 256)) for _ in range(4)]
@@ -727,34 +729,47 @@ def test_launches_from_many_threads(gpu):
     assert len(seen) == len(set(seen))
 
 
-def test_launch_template_configs_per_thread_and_pdl(monkeypatch):
+def _launcher(grid, block, smem, pdl=True):
+    context = cu.CUcontext(0x5000)
+    device = driver.Device(0, "Fake", (9, 0), SM_COUNT, 232448, context, int(context))
+    spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), (), block, smem, StrideGrid(128))
+    return Launcher(spec, cu.CUfunction(1), device, grid, (), pdl=pdl)
+
+
+def test_launcher_configs_per_thread_and_pdl(monkeypatch):
     seen = []
 
     def fake_launch(config, function, params, extra):
         seen.append((threading.get_ident(), id(config), config.numAttrs, int(config.hStream), config.gridDimX,
-                     config.blockDimX, config.sharedMemBytes, params))
+                     config.blockDimX, config.sharedMemBytes))
         return (SUCCESS,)
 
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_launch)
-    template = LaunchTemplate(cu.CUfunction(1), 7, 384, 4096)
-    template.launch(11, 0x100, True)
-    template.launch(12, 0x200, False)
-    template.launch(13, 0x300, True)
-    t = threading.Thread(target=template.launch, args=(14, 0x400, True))
+    monkeypatch.setattr(cu, "cuCtxGetCurrent", lambda: (SUCCESS, cu.CUcontext(0x5000)))
+    launcher = _launcher(7, 384, 4096)
+    launcher(11, True, (), ())
+    launcher(12, False, (), ())
+    launcher(13, True, (), ())
+    t = threading.Thread(target=launcher, args=(14, True, (), ()))
     t.start()
     t.join()
-    assert [s[2:] for s in seen] == [(1, 11, 7, 384, 4096, 0x100), (0, 12, 7, 384, 4096, 0x200),
-                                     (1, 13, 7, 384, 4096, 0x300), (1, 14, 7, 384, 4096, 0x400)]
+    assert [s[2:] for s in seen] == [(1, 11, 7, 384, 4096), (0, 12, 7, 384, 4096), (1, 13, 7, 384, 4096),
+                                     (1, 14, 7, 384, 4096)]
     assert seen[0][1] == seen[2][1] != seen[1][1]  # one config per PDL setting, reused
     assert seen[3][1] not in (seen[0][1], seen[1][1])  # another thread, another config
+    seen.clear()
+    without_pdl = _launcher(7, 384, 4096, pdl=False)  # a kernel built without griddepcontrol
+    without_pdl(15, True, (), ())
+    assert seen[0][2] == 0
 
 
 def test_launch_errors_name_the_call(monkeypatch):
     monkeypatch.setattr(cu, "cuLaunchKernelEx", lambda *a: (cu.CUresult.CUDA_ERROR_INVALID_VALUE,))
+    monkeypatch.setattr(cu, "cuCtxGetCurrent", lambda: (SUCCESS, cu.CUcontext(0x5000)))
     monkeypatch.setattr(cu, "cuGetErrorName", lambda err: (SUCCESS, b"CUDA_ERROR_INVALID_VALUE"))
     monkeypatch.setattr(cu, "cuGetErrorString", lambda err: (SUCCESS, b"invalid argument"))
     with pytest.raises(driver.CudaError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
-        LaunchTemplate(cu.CUfunction(1), 1, 128, 0).launch(0, 0x100, False)
+        _launcher(1, 128, 0)(0, False, (), ())
 
 
 def test_kind_of_call_fields(gpu):
@@ -819,9 +834,9 @@ def test_format_rules_are_checked(gpu):
 def test_put_bounded_evicts_the_oldest_first():
     table = {}
     for key in "abcde":
-        plans.put_bounded(table, key, key.upper(), 3)
+        launch_module.put_bounded(table, key, key.upper(), 3)
     assert list(table.items()) == [("c", "C"), ("d", "D"), ("e", "E")]
-    plans.put_bounded(table, "d", "new", 3)  # a key already there is replaced in place
+    launch_module.put_bounded(table, "d", "new", 3)  # a key already there is replaced in place
     assert list(table.items()) == [("c", "C"), ("d", "new"), ("e", "E")]
 
 

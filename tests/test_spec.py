@@ -1,6 +1,6 @@
 """Kernel specs (fp4q/kernels/spec.py): every shipped spec's parameter list is
-its template's extern "C" signature, its grid rules, and the one argument
-packer (fp4q/cuda/launch.py) that reads them, without a GPU."""
+its template's extern "C" signature, its grid rules, and the argument block
+the one launcher (fp4q/cuda/launch.py) packs from them, without a GPU."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ import ctypes
 import re
 import struct
 import threading
+import types
 
 import pytest
 
-from fp4q.cuda.launch import ArgPacker
+from fp4q.cuda import driver
+from fp4q.cuda import launch
+from fp4q.cuda.launch import Launcher
 from fp4q.jit.render import render
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.quantize import numerics_probe_spec
-from fp4q.kernels.spec import PARAM_C_TYPES, Param, StrideGrid, TileGrid, params
+from fp4q.kernels.spec import PARAM_C_TYPES, KernelSpec, MapBox, Param, StrideGrid, TileGrid, params
 from fp4q.kernels.variants import all_variants
 
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)',
@@ -87,43 +90,72 @@ def test_stride_grid():
 
 PACKED = params(("m0", "map"), ("m1", "map"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("s", "i64"), ("t", "ptr"))
 VALUE_KINDS = [ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64]
+SUCCESS = 0
 
 
-def read_block(address: int, count: int) -> tuple[list[int], list]:
-    slots = list((ctypes.c_uint64 * count).from_address(address))
-    return slots, [kind.from_address(slot).value for kind, slot in zip(VALUE_KINDS, slots[2:])]
+@pytest.fixture
+def launched(monkeypatch):
+    """Launches through a fake driver: per launch, the thread, the block's address,
+    its slots and the values they point at, read while the launch runs."""
+    cu = driver.driver_api()
+    context = cu.CUcontext(0x5000)
+    seen = []
+
+    def fake_launch(config, function, address, extra):
+        slots = list((ctypes.c_uint64 * 7).from_address(address))
+        values = [kind.from_address(slot).value for kind, slot in zip(VALUE_KINDS, slots[2:])]
+        seen.append((threading.get_ident(), address, slots, values))
+        return (cu.CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_launch)
+    monkeypatch.setattr(cu, "cuCtxGetCurrent", lambda: (cu.CUresult.CUDA_SUCCESS, context))
+    # A map "encoded" for a pointer lives at that pointer: its slot must hold it.
+    monkeypatch.setattr(launch.tensor_maps, "get", lambda spec, what: types.SimpleNamespace(getPtr=lambda: spec.address))
+    device = driver.Device(0, "Fake", (9, 0), 132, 232448, context, int(context))
+    boxes = (MapBox("m0", 1, (16, 1)), MapBox("m1", 1, (16, 1)))
+    shapes = (("a", (16, 1), (16,)), ("b", (16, 1), (16,)))
+
+    def launcher(params=PACKED, names=("p", "f", "n", "s", "t")):
+        spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), boxes)
+        return Launcher(spec, cu.CUfunction(1), device, 1, names, map_shapes=shapes)
+
+    return seen, launcher
 
 
-def test_packer_lays_out_maps_then_pointed_scalars():
-    packer = ArgPacker(PACKED)
-    address = packer.pack((0x1000, 0x2000), (0xDEAD0, 1 / 3, -5, -(2**40), 0))
-    slots, read = read_block(address, 7)
+def test_launcher_lays_out_maps_then_pointed_scalars(launched):
+    seen, launcher = launched
+    launcher()(0, False, (0xDEAD0, 1 / 3, -5, -(2**40), 0), (0x1000, 0x2000))
+    (_, address, slots, read), = seen
     assert slots[:2] == [0x1000, 0x2000]
     assert read == [0xDEAD0, struct.unpack("f", struct.pack("f", 1 / 3))[0], -5, -(2**40), 0]
-    for kind, slot in zip(VALUE_KINDS, slots[2:]):  # each value after the slots, naturally aligned
-        assert address + 56 <= slot < address + 56 + 32 and slot % ctypes.sizeof(kind) == 0
+    for kind, slot in zip(VALUE_KINDS, slots[2:]):  # each value before the slots, naturally aligned
+        assert address - 32 <= slot < address and slot % ctypes.sizeof(kind) == 0
 
 
-def test_packer_reuses_its_threads_block_and_rewrites_every_value():
-    packer = ArgPacker(PACKED)
-    first = packer.pack((1, 2), (3, 0.5, 4, 5, 6))
-    again = packer.pack((7, 8), (9, 1.5, 10, 11, 12))
-    assert again == first and read_block(again, 7) == ([7, 8, *read_block(first, 7)[0][2:]], [9, 1.5, 10, 11, 12])
-    other = []
-    worker = threading.Thread(target=lambda: other.append(packer.pack((1, 2), (3, 0.5, 4, 5, 6))))
+def test_launcher_reuses_its_threads_block_and_rewrites_every_value(launched):
+    seen, new_launcher = launched
+    launcher = new_launcher()
+    launcher(0, False, (3, 0.5, 4, 5, 6), (0x100, 0x200))
+    launcher(0, True, (9, 1.5, 10, 11, 12), (0x700, 0x800))
+    worker = threading.Thread(target=launcher, args=(0, False, (3, 0.5, 4, 5, 6), (0x100, 0x200)))
     worker.start()
     worker.join()
-    assert other[0] != first  # another thread, another block
+    first, again, other = seen
+    assert again[1] == first[1] and again[2] == [0x700, 0x800, *first[2][2:]] and again[3] == [9, 1.5, 10, 11, 12]
+    assert other[0] != first[0] and other[1] != first[1]  # another thread, another block
 
 
-def test_packer_orders_values_by_name():
-    packer = ArgPacker(PACKED)
-    assert packer.order(("p", "f", "n", "s", "t")) is None
-    assert packer.order(("t", "p", "f", "n", "s")) == (1, 2, 3, 4, 0)
+def test_launcher_orders_values_by_name(launched):
+    seen, launcher = launched
+    assert launcher().order is None
+    reordered = launcher(names=("t", "p", "f", "n", "s"))
+    assert reordered.order == (1, 2, 3, 4, 0)
+    reordered(0, False, (0, 0xDEAD0, 0.5, -5, 7), (0x100, 0x200))
+    assert seen[0][3] == [0xDEAD0, 0.5, -5, 7, 0]
     with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 'x'\] are not the kernel's"):
-        packer.order(("p", "f", "n", "s", "x"))
+        launcher(names=("p", "f", "n", "s", "x"))
 
 
-def test_packer_wants_maps_first():
+def test_launcher_wants_maps_first(launched):
     with pytest.raises(ValueError, match="tensor-map parameters must come first"):
-        ArgPacker(params(("p", "ptr"), ("m", "map")))
+        launched[1](params(("p", "ptr"), ("m", "map")), ("p",))

@@ -68,7 +68,7 @@ def _tma_ok(k):
 
 def test_eight_threads_quantize_bit_exact():
     cp = _cp()
-    from fp4q.ops.plans import tensor_maps
+    from fp4q.cuda.launch import tensor_maps
 
     hits_before = tensor_maps.hits
 

@@ -139,8 +139,7 @@ def is_current(dev: Device) -> bool:
     result = (_driver_module or driver_api()).cuCtxGetCurrent()
     if result[0]:  # not CUDA_SUCCESS (0)
         check(result, "cuCtxGetCurrent")
-    current = result[1]
-    return current is not None and int(current) == dev.context_handle
+    return result[1] == dev.context  # CUcontext compares its handle; no context is a null handle or None
 
 
 @contextlib.contextmanager

@@ -1,14 +1,13 @@
 """Kernel launch through ``cuLaunchKernelEx``, with programmatic dependent launch.
 
-Every launch passes one argument block, packed by ``ArgPacker`` from the
-kernel's parameter list: the ``void*[]`` the driver reads, then the scalar
-arguments it points at. cuda.bindings has no type for a ``__grid_constant__
-CUtensorMap`` parameter, so a map is passed by the address of its 128-byte
-storage, which the driver copies at launch.
-
-``LaunchTemplate`` holds the ``CUlaunchConfig`` of a fixed kernel, grid,
-block and shared memory, built once per thread and per PDL setting, so that
-a launch only sets its stream.
+A ``Launcher`` holds everything fixed about the launches of one loaded
+kernel on one kind of call: the layout of its argument block (from the
+kernel's parameter list), its grid, block and dynamic shared memory, its
+device, the geometry of its tensor maps and the maps of recently seen
+pointers. Every launch passes one argument block: the scalar arguments,
+then the ``void*[]`` the driver reads. cuda.bindings has no type for a
+``__grid_constant__ CUtensorMap`` parameter, so a map is passed by the
+address of its 128-byte storage, which the driver copies at launch.
 """
 
 from __future__ import annotations
@@ -18,80 +17,24 @@ import struct
 import threading
 from typing import Sequence
 
-from ..kernels.spec import PARAM_FORMATS, Param
-from .driver import check, driver_api
+from ..kernels.spec import PARAM_FORMATS, KernelSpec
+from .driver import Device, check, driver_api, in_context, is_current
+from .tile_tickets import counter_for
+from .tma import TensorMapCache, TensorMapSpec
+
+MAPS_PER_LAUNCHER = 64
+
+tensor_maps = TensorMapCache()
 
 
-class ArgPacker:
-    """The argument block of one parameter list.
-
-    Tensor-map parameters come first (the templates' convention): their
-    slots hold the maps' own addresses; every other slot points at its
-    value, stored after the slots with its natural alignment. Values are
-    converted by ``struct`` as the C parameter types would take them
-    (``f32`` rounds a Python float to nearest, as a C double-to-float cast).
-
-    Each thread packs into a block of its own, whose value slots are written
-    once: the driver copies the arguments during the launch, so the block
-    is free again when the launch returns, and a launch only writes the map
-    addresses and the values.
-    """
-
-    __slots__ = ("params", "map_names", "value_names", "_maps", "_values", "_values_at", "_offsets", "_size",
-                 "_local")
-
-    def __init__(self, params: Sequence[Param]) -> None:
-        self.params = tuple(params)
-        kinds = [p.kind for p in self.params]
-        maps = kinds.count("map")
-        if kinds[:maps] != ["map"] * maps:
-            raise ValueError(f"tensor-map parameters must come first, got {[p.name for p in self.params]}")
-        self.map_names = tuple(p.name for p in self.params[:maps])
-        self.value_names = tuple(p.name for p in self.params[maps:])
-        self._values_at = 8 * len(self.params)
-        fmt, offset, offsets = "<", self._values_at, []
-        for kind in kinds[maps:]:
-            code = PARAM_FORMATS[kind]
-            size = struct.calcsize(code)
-            pad = -offset % size
-            fmt += "x" * pad + code
-            offset += pad
-            offsets.append(offset)
-            offset += size
-        self._maps = struct.Struct(f"<{maps}Q")
-        self._values = struct.Struct(fmt)
-        self._offsets = tuple(offsets)
-        self._size = -(-offset // 8)
-        self._local = threading.local()
-
-    def order(self, names: Sequence[str]) -> tuple[int, ...] | None:
-        """How values given in the order ``names`` map to the parameters' order:
-        ``None`` when they already match; an error naming what differs otherwise."""
-        if sorted(names) != sorted(self.value_names):
-            raise ValueError(f"the arguments {sorted(names)} are not the kernel's parameters "
-                             f"{sorted(self.value_names)} (tensor maps apart)")
-        index = tuple(names.index(name) for name in self.value_names)
-        return None if index == tuple(range(len(index))) else index
-
-    def _block(self):
-        block = (ctypes.c_uint64 * self._size)()
-        base = ctypes.addressof(block)
-        struct.pack_into(f"<{len(self._offsets)}Q", block, 8 * len(self.map_names), *[base + o for o in self._offsets])
-        self._local.block, self._local.address = block, base
-        return block
-
-    def pack(self, maps: Sequence[int], values: Sequence) -> int:
-        """This thread's block holding the maps' addresses and ``values`` (in the
-        parameters' order); returns its address. The maps' storage must stay
-        alive until the launch returns."""
-        try:
-            block = self._local.block
-        except AttributeError:
-            block = self._block()
-        if maps:
-            self._maps.pack_into(block, 0, *maps)
-        self._values.pack_into(block, self._values_at, *values)
-        return self._local.address
+def put_bounded(table: dict, key, value, capacity: int) -> None:
+    """Store ``value`` under ``key``; a new key first evicts the oldest entries (dicts
+    keep insertion order), so the table never holds more than ``capacity``. The
+    caller holds the table's lock."""
+    if key not in table:
+        while len(table) >= capacity:
+            del table[next(iter(table))]
+    table[key] = value
 
 
 def _launch_config(grid: int, block: int, smem_bytes: int, pdl: bool):
@@ -112,43 +55,135 @@ def _launch_config(grid: int, block: int, smem_bytes: int, pdl: bool):
     return config, None
 
 
-class LaunchTemplate:
-    """Launches of one kernel with one grid, block and dynamic shared memory size.
+class Launcher:
+    """Launches of one kernel with one grid, its parameters given by name.
 
-    Each thread gets its own pair of ``CUlaunchConfig`` objects (without and
-    with PDL), so concurrent launches from several threads never share a
-    mutable config; a launch only sets the stream on its thread's config.
+    The argument block: the scalar values first, each with its natural
+    alignment, then the slots the driver reads, tensor-map parameters
+    first (the templates' convention). A map's slot holds the map's own
+    address, every other slot the address of its value. Values are
+    converted by ``struct`` as the C parameter types would take them
+    (``f32`` rounds a Python float to nearest, as a C double-to-float cast);
+    the values and the map addresses are written by one ``pack_into``.
+
+    ``map_shapes`` gives, per tensor-map parameter of the spec, the argument
+    it maps (for messages), its dims and byte strides, or the index of an
+    earlier map parameter to pass again (for a map the kernel's flags leave
+    unread); the spec gives box, swizzle and element size. Maps are encoded
+    per set of pointers and kept (bounded). With ``dynamic``, CTAs take
+    tiles from a counter of the launch's stream (``tickets``).
+
+    Each thread gets its own argument block, whose slots are written once,
+    and its own pair of ``CUlaunchConfig`` objects (without and with PDL),
+    so concurrent launches never share mutable state. The driver copies
+    the arguments during ``cuLaunchKernelEx``, so the block is free again
+    when it returns. A kernel built without ``griddepcontrol`` (``pdl``
+    False) always launches without PDL: it must not start before its
+    predecessor ends.
     """
 
-    __slots__ = ("function", "grid", "block", "smem_bytes", "_local", "_cu")
+    __slots__ = ("function", "device", "grid", "block", "smem_bytes", "pdl", "dynamic", "map_names", "value_names",
+                 "order", "_map_statics", "_maps", "_maps_lock", "_pack", "_values_bytes", "_offsets", "_local",
+                 "_cu")
 
-    def __init__(self, function, grid: int, block: int, smem_bytes: int) -> None:
-        self.function = function
-        self.grid = grid
-        self.block = block
-        self.smem_bytes = smem_bytes
+    def __init__(self, spec: KernelSpec, function, device: Device, grid: int, arg_names: Sequence[str],
+                 dynamic: bool = False, map_shapes=(), pdl: bool = True) -> None:
+        self.function, self.device, self.grid, self.dynamic, self.pdl = function, device, grid, dynamic, pdl
+        self.block, self.smem_bytes = spec.threads, spec.smem_bytes
+        kinds = [p.kind for p in spec.params]
+        maps = kinds.count("map")
+        if kinds[:maps] != ["map"] * maps:
+            raise ValueError(f"tensor-map parameters must come first, got {[p.name for p in spec.params]}")
+        self.map_names = tuple(p.name for p in spec.params[:maps])
+        self.value_names = tuple(p.name for p in spec.params[maps:])
+        names = tuple(arg_names)
+        if sorted(names) != sorted(self.value_names):
+            raise ValueError(f"the arguments {sorted(names)} are not the kernel's parameters "
+                             f"{sorted(self.value_names)} (tensor maps apart)")
+        index = tuple(names.index(name) for name in self.value_names)
+        # How the call's values (in the order of arg_names) map to the parameters' order; None: as given.
+        self.order = None if index == tuple(range(len(index))) else index
+        fmt, offset, offsets = "<", 0, []
+        for kind in kinds[maps:]:
+            code = PARAM_FORMATS[kind]
+            size = struct.calcsize(code)
+            pad = -offset % size
+            fmt += "x" * pad + code
+            offset += pad
+            offsets.append(offset)
+            offset += size
+        self._values_bytes = offset + -offset % 8
+        self._pack = struct.Struct(fmt + "x" * (self._values_bytes - offset) + "Q" * maps)
+        self._offsets = tuple(offsets)
+        self._map_statics = tuple(
+            shape if isinstance(shape, int) else (shape[0], box.element_bytes, shape[1], shape[2], box.box,
+                                                  box.swizzle, box.l2_promotion)
+            for box, shape in zip(spec.maps, map_shapes)
+        )
+        self._maps: dict[tuple, tuple] = {}
+        self._maps_lock = threading.Lock()
         self._local = threading.local()
         self._cu = driver_api()
 
-    def _configs(self) -> tuple:
-        without, with_pdl = (_launch_config(self.grid, self.block, self.smem_bytes, pdl) for pdl in (False, True))
+    def maps(self, pointers: tuple) -> tuple:
+        """The addresses of the maps for ``pointers`` (one per map parameter, in
+        order), then the map objects, which must outlive the launch."""
+        found = self._maps.get(pointers)
+        if found is not None:
+            return found
+        # Encoding needs a current context, which a thread that never touched the CUDA runtime lacks.
+        objects: list = []
+        with in_context(self.device):
+            for ptr, static in zip(pointers, self._map_statics):
+                if isinstance(static, int):
+                    objects.append(objects[static])
+                else:
+                    what, element_bytes, dims, strides, box, swizzle, l2 = static
+                    objects.append(tensor_maps.get(TensorMapSpec(ptr, element_bytes, dims, strides, box, swizzle,
+                                                                 l2), what))
+        found = (tuple(int(m.getPtr()) for m in objects), objects)
+        with self._maps_lock:
+            put_bounded(self._maps, pointers, found, MAPS_PER_LAUNCHER)
+        return found
+
+    def tickets(self, stream: int) -> int:
+        """The tile counter of a launch on ``stream`` (0: the static tile order)."""
+        return counter_for(self.device, stream) if self.dynamic else 0
+
+    def _thread_state(self) -> tuple:
+        maps, values = len(self.map_names), len(self._offsets)
+        block = (ctypes.c_uint64 * (self._values_bytes // 8 + maps + values))()
+        base = ctypes.addressof(block)
+        address = base + self._values_bytes  # the slots
+        struct.pack_into(f"<{values}Q", block, self._values_bytes + 8 * maps, *[base + o for o in self._offsets])
+        without = _launch_config(self.grid, self.block, self.smem_bytes, False)
+        with_pdl = _launch_config(self.grid, self.block, self.smem_bytes, True) if self.pdl else without
         self._local.keep = (without, with_pdl)  # the PDL attribute the config points into
-        configs = self._local.configs = (without[0], with_pdl[0])
-        return configs
+        state = self._local.state = (block, address, (without[0], with_pdl[0]))
+        return state
 
-    def launch(self, stream: int, params_address: int, pdl: bool) -> None:
-        """Launch on ``stream`` with the ``void*[]`` at ``params_address``.
-
-        Everything the array points at must stay alive until this returns:
-        the driver copies the arguments during the call.
-        """
+    def __call__(self, stream: int, pdl: bool, values: Sequence, map_pointers: tuple = ()) -> None:
+        """Launch on ``stream`` with ``values`` (in the order of ``arg_names``) and the maps
+        of ``map_pointers``, in the device's primary context (pushed only when another
+        context is current)."""
         try:
-            configs = self._local.configs
+            block, address, configs = self._local.state
         except AttributeError:
-            configs = self._configs()
+            block, address, configs = self._thread_state()
+        if self.order is not None:
+            values = [values[i] for i in self.order]
+        if map_pointers:
+            addresses, objects = self._maps.get(map_pointers) or self.maps(map_pointers)
+            self._pack.pack_into(block, 0, *values, *addresses)
+        else:
+            self._pack.pack_into(block, 0, *values)
         cu = self._cu
         config = configs[pdl]  # pdl is a bool: False -> 0, True -> 1
         config.hStream = cu.CUstream(stream)
-        result = cu.cuLaunchKernelEx(config, self.function, params_address, 0)
+        if is_current(self.device):
+            result = cu.cuLaunchKernelEx(config, self.function, address, 0)
+        else:
+            with in_context(self.device):
+                result = cu.cuLaunchKernelEx(config, self.function, address, 0)
         if result[0]:  # not CUDA_SUCCESS (0)
             check(result, "cuLaunchKernelEx")

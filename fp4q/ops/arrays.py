@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 import sys
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -231,7 +230,6 @@ class TensorScale(NamedTuple):
     ptr: int
 
 
-_F32 = struct.Struct("f")
 _value_scale = functools.partial(tuple.__new__, TensorScale)  # TensorScale without a Python frame
 
 
@@ -239,9 +237,9 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
     """A host tensor_sf rounded to float32 and range-checked, or a device float32 scalar."""
     kind = type(tensor_sf)
     if kind is float and TENSOR_SF_MIN <= tensor_sf <= TENSOR_SF_MAX:
-        # Rounds like np.float32 (a C double-to-float cast); the bounds are float32
-        # values, so a value between them rounds between them.
-        return _value_scale(("value", _F32.unpack(_F32.pack(tensor_sf))[0], 0))
+        # Passed as is: the launch packs it as a C float (the float32 rounding of
+        # np.float32), and the bounds are float32 values, so it rounds between them.
+        return _value_scale(("value", tensor_sf, 0))
     if kind is float or kind is int or (isinstance(tensor_sf, (int, float, np.floating, np.integer))
                                         and not isinstance(tensor_sf, (bool, np.bool_))):
         rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
@@ -285,13 +283,16 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     return tuple(lead_shape) + (groups,)
 
 
-def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int, nbytes: int | None = None,
-                 others=()) -> None:
-    """A buffer's rules, in the order of their messages: dtype, shape, device; then, for
-    a real buffer (``nbytes`` given: ``dtypes`` are all of one size, so ``shape`` holds
-    ``nbytes`` bytes), C-contiguity and no overlap with any of ``others`` ((name,
-    [start, end)) pairs). Torch's fake tensors are checked without ``nbytes``: they
-    have no addresses, and the contiguity rule would specialize their symbolic sizes."""
+def check_buffer(buf, name: str, shape: tuple, dtypes, device: int, nbytes: int | None = None,
+                 others=()) -> Operand:
+    """``buf`` (an array, or an Operand made of one) as an Operand, after a buffer's rules
+    in the order of their messages: dtype, shape, device; then, for a real buffer
+    (``nbytes`` given: ``dtypes`` are all of one size, so ``shape`` holds ``nbytes``
+    bytes), C-contiguity and no overlap with any of ``others`` ((name, [start, end))
+    pairs). Torch's fake tensors are checked without ``nbytes``: they have no
+    addresses, and the contiguity rule would specialize their symbolic sizes."""
+    if type(buf) is not Operand:
+        buf = as_operand(buf, name)
     if buf.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {buf.dtype}")
     if buf.shape != shape:
@@ -299,7 +300,7 @@ def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int, nby
     if buf.device != device:
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
     if nbytes is None:
-        return
+        return buf
     if not (buf.obj.is_contiguous() if buf.is_torch else buf.obj.flags.c_contiguous):
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
     if nbytes:
@@ -310,6 +311,7 @@ def check_buffer(buf: Operand, name: str, shape: tuple, dtypes, device: int, nby
                     f"{name} overlaps {other} (outputs must not alias their inputs or each other): {name} spans "
                     f"[{start:#x}, {end:#x}), {other} spans [{other_start:#x}, {other_end:#x})"
                 )
+    return buf
 
 
 def check_pdl(pdl) -> None:

@@ -33,7 +33,7 @@ from .arrays import (
     sf_shape,
     tensor_scale,
 )
-from .outputs import cupy_outputs, output
+from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
 
@@ -127,12 +127,14 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         plan = plans.put(key, _Plan(config, codes_view(qa, fmt), fmt, sf_layout, dtype))
     view = plan.view
     q_span = view.span(qa.ptr)
-    sfa = as_operand(sf, "sf")
-    check_buffer(sfa, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
+    sfa = check_buffer(sf, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
     scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
     handle = stream_handle(stream, qa)
-    y = output(out, "out", plan.y_shape, plan.y_bytes, plan.y_dtypes, view.device,
-               (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + plan.sf_bytes))), outputs, dtype, handle)
+    if out is None:
+        y = outputs(dtype, plan.y_shape, view.device, handle)
+    else:
+        y = check_buffer(out, "out", plan.y_shape, plan.y_dtypes, view.device, plan.y_bytes,
+                         (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + plan.sf_bytes))))
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config)
@@ -147,7 +149,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         launch = _kernel_launch(resolve_config(config, view, qa.ptr, y.ptr, call), view, dev)
         with plan.lock:
             plan.launches[(mode, aligned)] = launch
-    if launch.maps_from:
+    if launch.map_names:
         launch(handle, pdl, (sfa.ptr, y.ptr, scale.value, scale.ptr, view.rows, 2 * view.width,
                              launch.tickets(handle)), (qa.ptr,))
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import Operand, as_operand, check_buffer, cupy
+from .arrays import Operand, as_operand, cupy
 
 _CUPY_DTYPES = {"q": np.uint8, "sf16": np.uint8, "sf32": np.uint8, "bfloat16": np.uint16,
                 "float32": np.float32, "scale": np.float32}
@@ -55,13 +55,3 @@ def cupy_empty(shape: tuple, dtype, device: int, stream: int):
 
 def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> Operand:
     return as_operand(cupy_empty(shape, _CUPY_DTYPES[role], device, stream), "output")
-
-
-def output(buf, name: str, shape: tuple, nbytes: int, dtypes, device: int, others, outputs, role: str,
-           stream: int) -> Operand:
-    """The caller's buffer, checked by ``check_buffer``, or a new one from ``outputs``."""
-    if buf is None:
-        return outputs(role, shape, device, stream)
-    operand = as_operand(buf, name)
-    check_buffer(operand, name, shape, dtypes, device, nbytes, others)
-    return operand

@@ -24,6 +24,7 @@ from .arrays import (
     SF_DTYPES,
     RowsView,
     as_operand,
+    check_buffer,
     check_choice,
     check_pdl,
     rows_view,
@@ -31,7 +32,7 @@ from .arrays import (
     tensor_scale,
 )
 from .global_scale import global_scale
-from .outputs import cupy_outputs, output
+from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
 
@@ -172,10 +173,16 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     handle = stream_handle(stream, xa)
     x_ptr = xa.ptr
     x_span = (x_ptr, x_ptr + plan.x_extent)
-    q = output(out, "out", plan.q_shape, plan.q_bytes, Q_DTYPES, device, (("x", x_span),), outputs, "q", handle)
+    if out is None:
+        q = outputs("q", plan.q_shape, device, handle)
+    else:
+        q = check_buffer(out, "out", plan.q_shape, Q_DTYPES, device, plan.q_bytes, (("x", x_span),))
     q_ptr = q.ptr
-    sf = output(sf_out, "sf_out", plan.sf_shape, plan.sf_bytes, plan.sf_dtypes, device,
-                (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))), outputs, plan.sf_role, handle)
+    if sf_out is None:
+        sf = outputs(plan.sf_role, plan.sf_shape, device, handle)
+    else:
+        sf = check_buffer(sf_out, "sf_out", plan.sf_shape, plan.sf_dtypes, device, plan.sf_bytes,
+                          (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))))
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config, fmt)
@@ -190,7 +197,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
         with plan.lock:
             plan.launches[(scale.mode, aligned)] = launch
-    if launch.maps_from:
+    if launch.map_names:
         launch(handle, pdl, (0 if plan.swizzled else sf_ptr, scale.value, scale.ptr, plan.rows, plan.cols,
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
