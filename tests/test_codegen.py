@@ -219,10 +219,21 @@ def test_render_simt(threads, layout, mode):
 def test_render_vector(sf_vec_size, layout):
     src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True).spec)
     assert src.kernel_name == "fp4q_quantize_fp4_vector"
-    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size}
+    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "VEC_ELEMS": 16}
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
     assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
+    eight = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, vector=True, vector_elements=8).spec)
+    assert constants(eight.source)["VEC_ELEMS"] == 8
+
+
+def test_vector_elements_rules():
+    assert SimtConfig(vector=True).vector_elements == 16 and SimtConfig().vector_elements == 8
+    assert SimtConfig(vector=True) == SimtConfig(vector=True, vector_elements=16)  # one config, one cache entry
+    with pytest.raises(ValueError, match=r"vector_elements must be one of 8, 16, got 32"):
+        SimtConfig(vector=True, vector_elements=32)
+    with pytest.raises(ValueError, match=r"with vector=False it must be 8, got 16"):
+        SimtConfig(vector_elements=16)
 
 
 # --- determinism and sensitivity --------------------------------------------------------------------------------

@@ -280,8 +280,9 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
         groups = cols // cfg.sf_vec_size
         padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
         padded_groups = math.ceil(groups / 4) * 4 if cfg.sf_layout == "swizzled" else groups
-        if cfg.vector:  # a thread per 8 elements; padding rows' scales one word (4 groups) per thread
-            total = max(rows * padded_groups * cfg.sf_vec_size // 8, (padded_rows - rows) * padded_groups // 4)
+        if cfg.vector:  # a thread per vector_elements elements; padding rows' scales one word (4 groups) per thread
+            total = max(rows * padded_groups * cfg.sf_vec_size // cfg.vector_elements,
+                        (padded_rows - rows) * padded_groups // 4)
         else:
             total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))

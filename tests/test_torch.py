@@ -290,8 +290,8 @@ def _values_bytes(y: np.ndarray) -> np.ndarray:
     return y.view(np.uint16) if y.dtype.itemsize == 2 else y.view(np.uint32)
 
 
-# (1024, 2048): 2**21 elements, the smallest input the TMA kernel serves by default.
-GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (1024, 2048), (96,)]
+# (2048, 8192): 2**24 elements, an input the TMA kernel serves by default.
+GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (2048, 8192), (96,)]
 
 
 @gpu

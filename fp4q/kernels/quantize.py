@@ -229,15 +229,18 @@ class QuantizeConfig:
 class SimtConfig:
     """The kernels without TMA or shared memory.
 
-    ``vector=True``: one 16-byte load per thread (8 elements), the threads of
-    a group combining their amax by warp shuffles; the fastest kernel for
-    small inputs, and it serves any K, but needs x's rows, ``out`` and
-    ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with
-    2-byte loads, for any pointer alignment and row stride.
+    ``vector=True``: ``vector_elements`` (16, the default, or 8) elements per
+    thread in two or one 16-byte loads, the threads of a group combining
+    their amax by warp shuffles; the fastest kernel for small and serving
+    inputs, and it serves any K, but needs x's rows, ``out`` and ``sf_out``
+    16-byte aligned. ``vector=False``: one thread per group with 2-byte
+    loads, for any pointer alignment and row stride (``vector_elements``
+    is 8 there, the element count of its loads' unit).
     """
 
     threads: int = 256
     vector: bool = False
+    vector_elements: int | None = None  # None: 16 for the vector kernel, 8 otherwise
     sf_vec_size: int = 16
     mx_mode: str = "rceil"
     tensor_sf_mode: str = "value"
@@ -254,6 +257,14 @@ class SimtConfig:
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         require(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
+        if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs
+            object.__setattr__(self, "vector_elements", 16 if self.vector else 8)
+        if self.vector:
+            check_choice("vector_elements", self.vector_elements, (8, 16))
+        else:
+            require(self.vector_elements == 8 and type(self.vector_elements) is int,
+                    f"vector_elements is the vector kernel's (vector=True); with vector=False it must be 8, "
+                    f"got {self.vector_elements!r}")
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
@@ -262,7 +273,8 @@ class SimtConfig:
             name=f"fp4q_quantize_fp4_{kind}",
             template=f"kernels/quantize_fp4_{kind}.cu",
             arch=self.arch,
-            constants=(("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size)),
+            constants=(("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
+            + ((("VEC_ELEMS", self.vector_elements),) if self.vector else ()),
             flags=quantize_flags(self),
             params=SIMT_QUANTIZE_PARAMS,
             threads=self.threads,
@@ -277,9 +289,9 @@ class SimtConfig:
         padded_rows = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS if swizzled else rows
         if not self.vector:  # a thread per group of the padded scale domain
             return padded_rows * domain_groups
-        # A thread per 8 elements; zero-scale words of the padding rows are shared out too.
+        # A thread per vector_elements elements; zero-scale words of the padding rows are shared out too.
         padding_words = (padded_rows - rows) * domain_groups // 4
-        return max(rows * domain_groups * (self.sf_vec_size // 8), padding_words)
+        return max(rows * domain_groups * (self.sf_vec_size // self.vector_elements), padding_words)
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)

@@ -40,11 +40,12 @@ def table_path(arch: str) -> pathlib.Path:
 
 
 # Inputs of fewer elements (M*K) than this run the vector kernel where the
-# table gives no crossover of its own: on the H200 it beat the best TMA
-# config by about 1 us for every measured shape below 2**21 elements, and
-# the two tied at 2**21, for NVFP4 and for MXFP4 alike
-# (docs/sweep_h200_small.csv, docs/sweep_h200_mxfp4.csv).
-VECTOR_MAX_ELEMENTS = 1 << 21
+# table gives no crossover of its own. On the H200, with 16 elements per
+# thread, the vector kernel beat the default TMA config at every measured
+# shape up to 1024x4096 (4.2M elements: 1.34x against 1.45x of a copy), tied
+# at 1024x7168 and lost from 2048x7168 on (docs/performance.md, "Serving
+# sizes").
+VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
 

@@ -2,14 +2,17 @@
 // kernel for small inputs, where the TMA kernel's pipeline never fills and
 // its fixed latency (barrier setup, descriptor fetch, load, store) shows,
 // and for rows the TMA store cannot address (K not a multiple of 32).
-// Each thread quantizes 8 consecutive elements; the SF_VEC / 8 threads of a
-// group sit in adjacent lanes and agree on its amax through butterfly
+// Each thread quantizes VEC_ELEMS (8 or 16) consecutive elements, one or two
+// 16-byte loads issued before any arithmetic; the SF_VEC / VEC_ELEMS threads
+// of a group sit in adjacent lanes and agree on its amax through butterfly
 // shuffles. Needs x rows and the outputs 16-byte aligned. Same numerics
 // headers as the other kernels, so the same bits.
 #include "kernels/simt_quantize.cuh"
 #include "ptx/sync.cuh"
 
-constexpr int THREADS_PER_GROUP = SF_VEC / 8;
+constexpr int THREADS_PER_GROUP = SF_VEC / VEC_ELEMS;
+constexpr int VEC_LOADS = VEC_ELEMS / 8;  // 16-byte loads per thread
+static_assert((VEC_ELEMS == 8 || VEC_ELEMS == 16) && SF_VEC % VEC_ELEMS == 0, "8 or 16 elements of one group");
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
@@ -25,11 +28,17 @@ fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
     for (i64 base = first & ~static_cast<i64>(31); base < total; base += stride) {
         const i64 idx = base + (threadIdx.x & 31);
         const i64 m = idx / per_row;
-        const int chunk = static_cast<int>(idx % per_row);  // 8-element chunk of the row
+        const int chunk = static_cast<int>(idx % per_row);  // VEC_ELEMS-element chunk of the row
         const int j = chunk / THREADS_PER_GROUP;
         const bool live = idx < total && j < groups;
-        u32 w[4] = {0u, 0u, 0u, 0u};
-        if (live) ld_global_nc_v4(x + m * x_row_stride + chunk * 8, w[0], w[1], w[2], w[3]);
+        u32 w[4 * VEC_LOADS] = {};
+        if (live) {
+            const u16* src = x + m * x_row_stride + chunk * VEC_ELEMS;
+#pragma unroll
+            for (int v = 0; v < VEC_LOADS; ++v) {
+                ld_global_nc_v4(src + 8 * v, w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
+            }
+        }
         float amax = amax_packed(w);
 #pragma unroll
         for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
@@ -38,7 +47,13 @@ fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
         float inv;
         const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
         if (live) {
-            st_global_u32(q + m * (cols / 2) + chunk * 4, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
+            u8* dst = q + m * (cols / 2) + chunk * (VEC_ELEMS / 2);
+            if constexpr (VEC_LOADS == 1) {
+                st_global_u32(dst, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
+            } else {
+                st_global_v2(dst, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv),
+                             quantize_e2m1x8(w[4], w[5], w[6], w[7], inv));
+            }
         }
         if (idx < total && chunk % THREADS_PER_GROUP == 0) {
             sf[sf_index(m, j, groups)] = static_cast<u8>(live ? sf_byte : 0u);

@@ -18,6 +18,10 @@ FP4Q_DEVICE void st_global_u32(void* p, u32 a) {
     asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
 }
 
+FP4Q_DEVICE void st_global_v2(void* p, u32 a, u32 b) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(a), "r"(b) : "memory");
+}
+
 FP4Q_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
                  :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
