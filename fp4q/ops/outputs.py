@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import Operand, as_operand, cupy
+from .arrays import Operand, cupy, new_operand
 
-_CUPY_DTYPES = {"q": np.uint8, "sf16": np.uint8, "sf32": np.uint8, "bfloat16": np.uint16,
-                "float32": np.float32, "scale": np.float32}
+# Per role, the CuPy element type and its name as an Operand holds it (as_operand's names).
+_CUPY_DTYPES = {"q": (np.uint8, "uint8"), "sf16": (np.uint8, "uint8"), "sf32": (np.uint8, "uint8"),
+                "bfloat16": (np.uint16, "uint16"), "float32": (np.float32, "float32"),
+                "scale": (np.float32, "float32")}
 
 
 class _RawStream:
@@ -54,4 +56,7 @@ def cupy_empty(shape: tuple, dtype, device: int, stream: int):
 
 
 def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> Operand:
-    return as_operand(cupy_empty(shape, _CUPY_DTYPES[role], device, stream), "output")
+    """A new array for ``role`` as an Operand, built from what is known of it."""
+    dtype, name = _CUPY_DTYPES[role]
+    a = cupy_empty(shape, dtype, device, stream)
+    return new_operand((a, a.data.ptr, shape, name, device, False))
