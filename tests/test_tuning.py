@@ -48,14 +48,14 @@ def test_shipped_table_records_where_it_was_measured():
 
 
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
-@pytest.mark.parametrize("m, k", [(1, 16), (16, 4096), (128, 8192), (1000, 2048)])
+@pytest.mark.parametrize("m, k", [(1, 16), (16, 4096), (128, 8192), (1000, 2048), (1024, 4096), (128, 16384)])
 def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
     assert m * k < tuning.vector_max_elements("sm_90a")
     cfg = tuning.choose_config(m, k, "sm_90a", sf_vec_size)
     assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size)
 
 
-@pytest.mark.parametrize("m, k", [(8192, 8192), (1024, 4096), (128, 16384)])
+@pytest.mark.parametrize("m, k", [(8192, 8192), (2048, 4096), (1024, 8192), (512, 16384)])
 def test_large_inputs_choose_the_table_or_default(m, k):
     cfg = tuning.choose_config(m, k, "sm_90a")
     assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config())
