@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from .archs import check_arch, check_fits_sm
 from .quantize import SF_LAYOUTS
-from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, params
-from .rules import align_up, check_choice, check_int, require
+from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, params, simt_spec
+from .rules import align_up, check_bool, check_choice, check_even_split, check_int, require
 
 FORMATS = ("nvfp4", "mxfp4")
 OUT_DTYPES = ("bfloat16", "float32")
@@ -118,13 +118,10 @@ class DequantizeConfig(_CallFormat):
         check_int("num_stages", self.num_stages, 1, 16)
         check_int("consumer_warps", self.consumer_warps, 1, 31)
         check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 8)
-        require(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
+        check_bool("persistent", self.persistent)
         units = self.tile_m * self.tile_k // self.unit
-        require(
-            units % self.consumer_threads == 0,
-            f"tile_m * tile_k / {self.unit} = {units} output units ({self.out_dtype}) must split evenly over "
-            f"consumer_warps * {WARP} = {self.consumer_threads} threads",
-        )
+        check_even_split(units, f"tile_m * tile_k / {self.unit}", f"output units ({self.out_dtype})",
+                         self.consumer_threads, f"consumer_warps * {WARP}")
         require(
             units // self.consumer_threads <= MAX_UNITS_PER_THREAD,
             f"{units // self.consumer_threads} output units per consumer thread and tile exceed "
@@ -185,17 +182,8 @@ class DequantizeSimtConfig(_CallFormat):
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        return KernelSpec(
-            name="fp4q_dequantize_simt",
-            template="kernels/dequantize_simt.cu",
-            arch=self.arch,
-            constants=(("SIMT_THREADS", self.threads),),
-            flags=dequantize_flags(self),
-            params=SIMT_DEQUANTIZE_PARAMS,
-            threads=self.threads,
-            smem_bytes=0,
-            grid=StrideGrid(self.threads, SIMT_WAVES),
-        )
+        return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), dequantize_flags(self),
+                         SIMT_DEQUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
     def replace(self, **changes) -> "DequantizeSimtConfig":
         return dataclasses.replace(self, **changes)

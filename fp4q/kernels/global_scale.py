@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from .archs import check_arch
 from .quantize import INPUT_DTYPES
-from .rules import check_choice, require
-from .spec import KernelSpec, StrideGrid, params
+from .rules import check_bool, check_choice
+from .spec import KernelSpec, StrideGrid, params, simt_spec
 
 BLOCK_SIZES = (128, 256, 512, 1024)
 AMAX_UNROLL = 4  # load units per thread per loop trip in the amax kernel
@@ -36,7 +36,7 @@ class AmaxConfig:
         check_arch(self.arch)
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         check_choice("threads", self.threads, BLOCK_SIZES)
-        require(isinstance(self.vector_loads, bool), f"vector_loads must be a bool, got {self.vector_loads!r}")
+        check_bool("vector_loads", self.vector_loads)
 
     @property
     def elements_per_unit(self) -> int:
@@ -44,17 +44,9 @@ class AmaxConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        return KernelSpec(
-            name="fp4q_amax",
-            template="kernels/amax.cu",
-            arch=self.arch,
-            constants=(("AMAX_THREADS", self.threads),),
-            flags=(("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads)),
-            params=AMAX_PARAMS,
-            threads=self.threads,
-            smem_bytes=0,
-            grid=StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM),
-        )
+        flags = (("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads))
+        return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads),), flags, AMAX_PARAMS, self.threads,
+                         StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))
 
     def replace(self, **changes) -> "AmaxConfig":
         return dataclasses.replace(self, **changes)
@@ -73,17 +65,8 @@ class GlobalScaleConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        return KernelSpec(
-            name="fp4q_global_scale",
-            template="kernels/global_scale.cu",
-            arch=self.arch,
-            constants=(("SCALE_THREADS", self.threads),),
-            flags=(),
-            params=GLOBAL_SCALE_PARAMS,
-            threads=self.threads,
-            smem_bytes=0,
-            grid=StrideGrid(self.threads, max_ctas_per_sm=1),
-        )
+        return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),), (), GLOBAL_SCALE_PARAMS,
+                         self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
 
     def replace(self, **changes) -> "GlobalScaleConfig":
         return dataclasses.replace(self, **changes)

@@ -13,8 +13,8 @@ import functools
 from dataclasses import dataclass
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
-from .rules import ConfigError, align_up, check_choice, check_int, require
-from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, params
+from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
+from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, params, simt_spec
 
 WARPGROUP = 128
 SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
@@ -144,14 +144,10 @@ class QuantizeConfig:
         check_int("consumer_warpgroups", self.consumer_warpgroups, 1, 3)
         check_int("out_buffers", self.out_buffers, 2, 4)
         check_int("min_ctas_per_sm", self.min_ctas_per_sm, 1, 4)
-        require(isinstance(self.persistent, bool), f"persistent must be a bool, got {self.persistent!r}")
-        require(isinstance(self.setmaxnreg, bool), f"setmaxnreg must be a bool, got {self.setmaxnreg!r}")
-        chunks = self.tile_m * self.tile_k // CHUNK_K
-        require(
-            chunks % self.consumer_threads == 0,
-            f"tile_m * tile_k / {CHUNK_K} = {chunks} chunks must split evenly over "
-            f"consumer_warpgroups * {WARPGROUP} = {self.consumer_threads} threads",
-        )
+        check_bool("persistent", self.persistent)
+        check_bool("setmaxnreg", self.setmaxnreg)
+        check_even_split(self.tile_m * self.tile_k // CHUNK_K, f"tile_m * tile_k / {CHUNK_K}", "chunks",
+                         self.consumer_threads, f"consumer_warpgroups * {WARPGROUP}")
         check_fits_sm(self)
 
     # ------------------------------------------------------------ derived
@@ -256,7 +252,7 @@ class SimtConfig:
         check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
-        require(isinstance(self.vector, bool), f"vector must be a bool, got {self.vector!r}")
+        check_bool("vector", self.vector)
         if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs
             object.__setattr__(self, "vector_elements", 16 if self.vector else 8)
         if self.vector:
@@ -268,19 +264,11 @@ class SimtConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        kind = "vector" if self.vector else "simt"
-        return KernelSpec(
-            name=f"fp4q_quantize_fp4_{kind}",
-            template=f"kernels/quantize_fp4_{kind}.cu",
-            arch=self.arch,
-            constants=(("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
-            + ((("VEC_ELEMS", self.vector_elements),) if self.vector else ()),
-            flags=quantize_flags(self),
-            params=SIMT_QUANTIZE_PARAMS,
-            threads=self.threads,
-            smem_bytes=0,
-            grid=StrideGrid(self.threads, SIMT_WAVES),
-        )
+        constants = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
+        if self.vector:
+            constants += (("VEC_ELEMS", self.vector_elements),)
+        return simt_spec(f"quantize_fp4_{'vector' if self.vector else 'simt'}", self.arch, constants,
+                         quantize_flags(self), SIMT_QUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""

@@ -32,3 +32,9 @@ def check_int(field: str, value, lo: int, hi: int) -> None:
 
 def check_bool(field: str, value) -> None:
     require(isinstance(value, bool), f"{field} must be a bool, got {value!r}")
+
+
+def check_even_split(items: int, items_expr: str, noun: str, threads: int, threads_expr: str) -> None:
+    """A tile's ``items`` (``items_expr`` of them, each a ``noun``) split evenly over the consumer threads."""
+    require(items % threads == 0,
+            f"{items_expr} = {items} {noun} must split evenly over {threads_expr} = {threads} threads")

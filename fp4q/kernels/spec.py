@@ -120,3 +120,11 @@ class KernelSpec:
     smem_bytes: int
     grid: TileGrid | StrideGrid
     maps: tuple[MapBox, ...] = ()
+
+
+def simt_spec(kernel: str, arch: str, constants, flags, params: tuple[Param, ...], threads: int,
+              grid: StrideGrid) -> KernelSpec:
+    """The spec of a kernel without shared memory or tensor maps: ``fp4q_<kernel>``,
+    rendered from ``kernels/<kernel>.cu``."""
+    return KernelSpec(f"fp4q_{kernel}", f"kernels/{kernel}.cu", arch, tuple(constants), tuple(flags), params,
+                      threads, 0, grid)

@@ -141,6 +141,14 @@ def _unpack_nibbles(q):
     return codes
 
 
+def _row_groups(shape, k: int, group: int, what: str) -> tuple[tuple, int, int]:
+    """After the rule that ``what`` (K, the values per row) is a multiple of ``group``:
+    the leading shape, the row count and the groups per row of an array of ``shape``."""
+    _require_multiple(k, group, what)
+    lead = shape[:-1]
+    return lead, math.prod(lead), k // group
+
+
 def _sf_out(sf_linear, lead, sf_layout):
     if sf_layout == "linear":
         return sf_linear.reshape(lead + sf_linear.shape[-1:])
@@ -251,12 +259,9 @@ def quantize_nvfp4(x, tensor_sf, sf_layout="swizzled"):
     """
     xf = _input_float32(x)
     k = xf.shape[-1]
-    _require_multiple(k, NVFP4_GROUP, "K")
+    lead, m, groups = _row_groups(xf.shape, k, NVFP4_GROUP, "K")
     _require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
     tsf = _tensor_sf_float32(tensor_sf)
-    lead = xf.shape[:-1]
-    m = math.prod(lead)
-    groups = k // NVFP4_GROUP
     xg = xf.reshape(m, groups, NVFP4_GROUP)
     with np.errstate(all="ignore"):
         amax = _group_amax(xg)
@@ -272,13 +277,10 @@ def dequantize_nvfp4(q, sf, tensor_sf, sf_layout="swizzled", dtype="float32"):
     ``dtype="bfloat16"`` the bf16 bits as uint16 (round to nearest even), as the kernels return them."""
     _require_uint8(q, "q")
     k = 2 * q.shape[-1]
-    _require_multiple(k, NVFP4_GROUP, "K = 2 * q.shape[-1]")
+    lead, m, groups = _row_groups(q.shape, k, NVFP4_GROUP, "K = 2 * q.shape[-1]")
     _require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
     _require_choice(dtype, "dtype", OUT_DTYPES)
     tsf = _tensor_sf_float32(tensor_sf)
-    lead = q.shape[:-1]
-    m = math.prod(lead)
-    groups = k // NVFP4_GROUP
     sf_linear = _sf_in(sf, lead, groups, sf_layout)
     d, _ = _nvfp4_group_scale(sf_linear, tsf)
     values = e2m1_decode(_unpack_nibbles(q.reshape(m, k // 2))).reshape(m, groups, NVFP4_GROUP)
@@ -317,12 +319,9 @@ def quantize_mxfp4(x, mode="rceil", sf_layout="swizzled"):
     """Quantize ``x`` of shape ``(..., K)`` to MXFP4 (groups of 32, e8m0 scales): ``(q, sf)``."""
     xf = _input_float32(x)
     k = xf.shape[-1]
-    _require_multiple(k, MXFP4_GROUP, "K")
+    lead, m, groups = _row_groups(xf.shape, k, MXFP4_GROUP, "K")
     _require_choice(mode, "mode", MX_MODES)
     _require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
-    lead = xf.shape[:-1]
-    m = math.prod(lead)
-    groups = k // MXFP4_GROUP
     xg = xf.reshape(m, groups, MXFP4_GROUP)
     amax = _group_amax(xg)
     e = _mx_exponent(amax, mode)
@@ -339,12 +338,9 @@ def dequantize_mxfp4(q, sf, sf_layout="swizzled", dtype="float32"):
     """``y = e2m1_value(q) * 2**(sf - 127)`` in float32 (or bf16 bits as uint16); sf byte 0xFF is NaN."""
     _require_uint8(q, "q")
     k = 2 * q.shape[-1]
-    _require_multiple(k, MXFP4_GROUP, "K = 2 * q.shape[-1]")
+    lead, m, groups = _row_groups(q.shape, k, MXFP4_GROUP, "K = 2 * q.shape[-1]")
     _require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
     _require_choice(dtype, "dtype", OUT_DTYPES)
-    lead = q.shape[:-1]
-    m = math.prod(lead)
-    groups = k // MXFP4_GROUP
     sf_linear = _sf_in(sf, lead, groups, sf_layout)
     # OCP MX: 0xFF is the e8m0 NaN; the others are exact float32 powers of two.
     scale = np.where(
