@@ -28,6 +28,7 @@ from fp4q.cuda.launch import Launcher
 from fp4q.cuda.tma import TensorMapCache, TensorMapSpec
 from fp4q.jit import loader
 from fp4q.kernels import tuning
+from fp4q.kernels.global_scale import FusedDynamicConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import KernelSpec, StrideGrid
 from fp4q.numerics.layouts import swizzled_sf_shape
@@ -915,3 +916,49 @@ def test_global_scale_launches_two_kernels_into_one_buffer(gpu, offset, vector):
         assert reduce["grid"] == (1, 1, 1)
         assert reduce["args"] == dict(partial=buffer.data.ptr + 4, count=partials, scale=buffer.data.ptr)
         assert buffer.shape == (1 + partials,) and scale.shape == () and scale.data.ptr == buffer.data.ptr
+
+
+# ----------------------------------------------------------------------------- tensor_sf="dynamic", one launch
+def _dynamic_call(gpu, x, **kwargs):
+    before = len(gpu.launches)
+    q, sf, scale = api.quantize_nvfp4(x, "dynamic", **kwargs)
+    return q, sf, scale, [launch["spec"].name for launch in gpu.launches[before:]], gpu.launches[before:]
+
+
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
+    cp = gpu.cupy
+    x = cp.array((300, 7168))
+    for _ in range(2):
+        q, sf, scale, names, launches = _dynamic_call(gpu, x, sf_layout=sf_layout)
+        assert names == ["fp4q_quantize_fp4_dynamic"]
+        args = launches[0]["args"]
+        assert args == dict(x=x.data.ptr, x_row_stride=7168, q=q.data.ptr, sf=sf.data.ptr, scale=scale.data.ptr,
+                            rows=300, cols=7168, sync=FakeDriver.counter_for(None, None, 0))
+        assert scale.shape == () and scale.dtype == np.float32
+        cfg = FusedDynamicConfig(sf_layout=sf_layout)
+        # One wave: every CTA resident at once, as the grid barrier needs.
+        assert launches[0]["grid"][0] == min(math.ceil(cfg.work_items(300, 7168, sf_layout == "swizzled") / 128),
+                                             SM_COUNT * CTAS_PER_SM)
+
+
+def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch):
+    cp = gpu.cupy
+    expected = ["fp4q_amax", "fp4q_global_scale"]
+    # An explicit config, a misaligned input, a stream being captured (no counter).
+    _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096)), config=SimtConfig(vector=True))
+    assert names == expected + ["fp4q_quantize_fp4_vector"]
+    _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096), offset=2))
+    assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and names[2] == "fp4q_quantize_fp4_simt"
+    monkeypatch.setattr(launch_module, "counter_for", lambda dev, stream: 0)
+    _, _, _, names, _ = _dynamic_call(gpu, cp.array((32, 4096)))
+    assert names[:2] == expected and len(names) == 3
+
+
+def test_dynamic_above_the_fused_limit_takes_two_passes(gpu, monkeypatch):
+    monkeypatch.setattr(api, "FUSED_DYNAMIC_MAX_ELEMENTS", 16 * 4096 - 1)
+    cp = gpu.cupy
+    _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096)))
+    assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and len(names) == 3
+    _, _, _, names, _ = _dynamic_call(gpu, cp.array((15, 4096)))
+    assert names == ["fp4q_quantize_fp4_dynamic"]

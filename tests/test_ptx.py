@@ -64,6 +64,8 @@ MNEMONICS = {
     "st_global_u32": "st.global.u32",
     "atom_global_add_u32": "atom.global.add.u32",
     "atom_acq_rel_gpu_global_add_u32": "atom.acq_rel.gpu.global.add.u32",
+    "atom_global_max_u32": "atom.global.max.u32",
+    "ld_acquire_gpu_global_u32": "ld.acquire.gpu.global.u32",
 }
 # helpers that wrap no PTX instruction of their own
 HELPERS = {"f32_bits", "f32_from_bits", "smem_addr", "mbarrier_wait_parity"}
@@ -147,6 +149,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     st_global_u32(z + 300 + threadIdx.x, p0);
     st_global_v2(z + 800 + 2 * threadIdx.x, p1, p2);
     z[700] = atom_global_add_u32(z + 600, 1u) + atom_acq_rel_gpu_global_add_u32(z + 601, 1u);
+    z[701] = atom_global_max_u32(z + 602, bits) + ld_acquire_gpu_global_u32(z + 603);
 }
 """
 

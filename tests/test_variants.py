@@ -8,7 +8,7 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.kernels.archs import ARCHS, EMULATED_SM_80, fits
 from fp4q.kernels.dequantize import DequantizeSimtConfig
-from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
@@ -198,7 +198,7 @@ def test_what_sm_120f_ships():
 def test_pre_hopper_ships_only_simt_and_global_scale(arch):
     out = all_variants(arch)
     kinds = {type(c) for c in out.values()}
-    assert kinds == {SimtConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig}
+    assert kinds == {SimtConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig, FusedDynamicConfig}
     assert set(SIMT) <= {n.split("/")[0] for n in out if isinstance(out[n], SimtConfig)}
 
 

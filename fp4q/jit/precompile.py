@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..kernels.archs import ARCHS
 from ..kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
-from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from ..kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.rules import check_choice
 from ..kernels.variants import all_variants
@@ -31,6 +31,8 @@ OPS = ("quantize", "mxfp4", "dequantize", "global_scale")
 
 def op_of(config) -> str:
     """Which public operation a config serves (the ``--ops`` names)."""
+    if isinstance(config, FusedDynamicConfig):  # quantize_nvfp4(x, "dynamic") in one launch
+        return "quantize"
     if isinstance(config, (QuantizeConfig, SimtConfig)):
         return "quantize" if config.sf_vec_size == 16 else "mxfp4"
     if isinstance(config, (DequantizeConfig, DequantizeSimtConfig)):

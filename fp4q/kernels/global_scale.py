@@ -1,7 +1,9 @@
-"""Configs of the two kernels of the dynamic global scale: the amax pass
+"""Configs of the kernels of the dynamic global scale: the amax pass
 (partial maxima of |x| per CTA) and the scale pass (one CTA turns them into
-``min(2688 / amax, 2**100)``). Frozen and validated at construction;
-``input_dtype``, ``vector_loads`` and ``arch`` are set from each call."""
+``min(2688 / amax, 2**100)``), and the single-pass NVFP4 quantizer that
+computes the scale and quantizes in one launch. Frozen and validated at
+construction; ``input_dtype``, ``vector_loads``, ``sf_layout`` and ``arch``
+are set from each call."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from .archs import check_arch
-from .quantize import INPUT_DTYPES
+from .quantize import INPUT_DTYPES, SF_LAYOUTS, SimtConfig, quantize_flags
 from .rules import check_bool, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 
@@ -69,4 +71,47 @@ class GlobalScaleConfig:
                          self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
 
     def replace(self, **changes) -> "GlobalScaleConfig":
+        return dataclasses.replace(self, **changes)
+
+
+FUSED_DYNAMIC_PARAMS = params(
+    ("x", "ptr"), ("x_row_stride", "i64"), ("q", "ptr"), ("sf", "ptr"), ("scale", "ptr"), ("rows", "i32"),
+    ("cols", "i32"), ("sync", "ptr"),
+)
+
+
+@dataclass(frozen=True)
+class FusedDynamicConfig:
+    """NVFP4 with the dynamic tensor scale in one launch: the amax of x, a barrier of
+    the whole grid, then the vector kernel's work (``SimtConfig(vector=True)``, 16
+    elements per thread) with the scale just derived. Its grid is one wave, all of
+    it resident at once; the call path takes it for inputs that fit in L2."""
+
+    threads: int = 128
+    sf_layout: str = "swizzled"
+    input_dtype: str = "bfloat16"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        check_arch(self.arch)
+        check_choice("threads", self.threads, BLOCK_SIZES)
+        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+
+    @functools.cached_property
+    def vector(self) -> SimtConfig:
+        """The vector-kernel config whose work the second half does."""
+        return SimtConfig(threads=self.threads, vector=True, vector_elements=16, sf_layout=self.sf_layout,
+                          input_dtype=self.input_dtype, arch=self.arch)
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec:
+        constants = (("SIMT_THREADS", self.threads), ("SF_VEC", 16), ("VEC_ELEMS", 16))
+        return simt_spec("quantize_fp4_dynamic", self.arch, constants, quantize_flags(self.vector),
+                         FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
+
+    def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
+        return self.vector.work_items(rows, cols, swizzled)
+
+    def replace(self, **changes) -> "FusedDynamicConfig":
         return dataclasses.replace(self, **changes)

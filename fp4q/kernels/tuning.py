@@ -48,6 +48,11 @@ def table_path(arch: str) -> pathlib.Path:
 VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
+# tensor_sf="dynamic" runs one launch (amax, a grid barrier, then the vector
+# kernel's work reading x again from L2) up to this many elements, and the
+# global-scale kernels followed by the quantize kernel above.
+FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 23
+
 
 @functools.lru_cache(maxsize=None)
 def _table_json(arch: str) -> dict:

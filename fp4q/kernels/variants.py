@@ -16,7 +16,7 @@ from .quantize import (INPUT_DTYPES, MX_MODES, QuantizeConfig, SF_LAYOUTS, SimtC
                        default_mx_config)
 from .spec import Swizzle
 from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
-from .global_scale import AmaxConfig, GlobalScaleConfig
+from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 
 S = Swizzle
 
@@ -82,13 +82,16 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
     "dq_simt_256": DequantizeSimtConfig(),
 }
 
-# The global scale's two passes; the amax pass per input dtype and load width.
-GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig] = {
+# The global scale's two passes (the amax pass per input dtype and load width), and the
+# single-pass dynamic quantizer per scale layout and input dtype.
+GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
     "amax_512": AmaxConfig(),
     "amax_512_fp16": AmaxConfig(input_dtype="float16"),
     "amax_512_scalar": AmaxConfig(vector_loads=False),
     "amax_512_scalar_fp16": AmaxConfig(vector_loads=False, input_dtype="float16"),
     "global_scale_256": GlobalScaleConfig(),
+    **{f"dynamic_128_{layout}{'_fp16' if dtype == 'float16' else ''}":
+       FusedDynamicConfig(sf_layout=layout, input_dtype=dtype) for layout in SF_LAYOUTS for dtype in INPUT_DTYPES},
 }
 
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
+from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import SF_LAYOUTS, QuantizeConfig, SimtConfig
-from ..kernels.tuning import choose_config
+from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config
 from .arrays import (
     INPUT_DTYPES,
     NO_TENSOR_SCALE,
+    TensorScale,
     Q_DTYPES,
     SF_DTYPES,
     RowsView,
@@ -142,6 +144,11 @@ def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode
 # What each kernel takes per call, in the order the call passes it (the launch checks the names).
 TMA_ARGS = ("sf_linear", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
 SIMT_ARGS = ("x", "x_row_stride", "q", "sf", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols")
+FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "sync")
+
+# tensor_sf="dynamic" inside the call path: the scale is computed on the device.
+DYNAMIC = TensorScale("dynamic", 0.0, 0)
+TWO_PASS = "two passes"  # stored in place of a launch where the single-pass kernel cannot serve a kind of call
 
 
 def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
@@ -160,8 +167,44 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
     return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, map_shapes)
 
 
+def _fused_dynamic_launch(plan: _Plan, dev) -> KernelLaunch | str:
+    """The single-pass dynamic kernel for this kind of call, or TWO_PASS where it does not
+    apply: inputs above FUSED_DYNAMIC_MAX_ELEMENTS, whose second read would not come from L2."""
+    if plan.rows * plan.cols > FUSED_DYNAMIC_MAX_ELEMENTS:
+        return TWO_PASS
+    view = plan.view
+    cfg = FusedDynamicConfig(sf_layout="swizzled" if plan.swizzled else "linear", input_dtype=INPUT_DTYPES[view.dtype],
+                             arch=dev.arch)
+    kernel = get_kernel(cfg.spec, dev.ordinal)
+    grid = cfg.spec.grid.size(cfg.work_items(plan.rows, plan.cols, plan.swizzled), dev.sm_count, kernel.ctas_per_sm)
+    # dynamic=True: the launch takes its stream's counter (tile_tickets) as the grid barrier's.
+    return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
+
+
+def _dynamic(x, plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout, stream, config, pdl, outputs):
+    """``tensor_sf="dynamic"``: one launch that computes the scale and quantizes
+    (FusedDynamicConfig) where it applies, else ``global_scale`` then the quantize
+    kernel. Returns ``(q, sf, scale)``."""
+    launch = sync = None
+    if config is None and aligned and not plan.empty:
+        launch = plan.launches.get(("dynamic", True))
+        if launch is None:
+            launch = _fused_dynamic_launch(plan, driver.device(plan.device))
+            with plan.lock:
+                plan.launches[("dynamic", True)] = launch
+        # No counter while the stream is captured into a graph: two passes then.
+        sync = launch.tickets(handle) if launch is not TWO_PASS else 0
+    if not sync:
+        scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
+        return (*quantize(x, scale, sf_layout, q.obj, sf.obj, stream, config, pdl, NVFP4, outputs), scale)
+    scale = outputs("scale", (), plan.device, handle)
+    launch(handle, pdl, (xa.ptr, plan.row_stride, q.ptr, sf.ptr, scale.ptr, plan.rows, plan.cols, sync))
+    return q.obj, sf.obj, scale.obj
+
+
 def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, outputs=cupy_outputs):
-    """The call path of both quantize functions; ``outputs`` allocates what the caller did not pass."""
+    """The call path of both quantize functions; ``outputs`` allocates what the caller did not pass.
+    ``tensor_sf`` DYNAMIC (NVFP4 only) returns ``(q, sf, scale)``."""
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     xa = as_operand(x, "x")
     key = ("quantize", fmt, xa.shape, xa.stride_key, xa.is_torch, xa.dtype, xa.device, sf_layout, id(config))
@@ -169,7 +212,10 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
     device = plan.device
-    scale = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
+    if tensor_sf is DYNAMIC:
+        scale = DYNAMIC
+    else:
+        scale = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
     handle = stream_handle(stream, xa)
     x_ptr = xa.ptr
     x_span = (x_ptr, x_ptr + plan.x_extent)
@@ -186,10 +232,12 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config, fmt)
-    if plan.empty:
-        return q.obj, sf.obj
     sf_ptr = sf.ptr
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
+    if scale is DYNAMIC:
+        return _dynamic(x, plan, xa, q, sf, aligned, handle, sf_layout, stream, config, pdl, outputs)
+    if plan.empty:
+        return q.obj, sf.obj
     launch = plan.launches.get((scale.mode, aligned))
     if launch is None:
         dev = driver.device(device)
@@ -222,15 +270,19 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     kernel: no host sync, graph-safe). The work is queued on ``stream``
     (default: torch's current stream for a torch ``x``, else CuPy's).
 
-    ``tensor_sf="dynamic"`` computes the tensor scale on the device first
-    (``fp4q.global_scale(x)``: the same stream, chained with PDL, no host
-    sync) and returns the 3-tuple ``(q, sf, tensor_sf_device)``, the last a
-    float32 device scalar of shape ``()`` (what ``dequantize_nvfp4`` takes).
+    ``tensor_sf="dynamic"`` computes the tensor scale on the device
+    (``fp4q.global_scale(x)``'s value, no host sync) and returns the 3-tuple
+    ``(q, sf, tensor_sf_device)``, the last a float32 device scalar of shape
+    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**23``
+    elements that the vector kernel can serve, with ``config=None``, take one
+    launch that reduces the amax over the whole grid and quantizes, reading
+    x from DRAM once (its second read comes from L2); larger inputs, other
+    pointers, an explicit config and stream capture into a CUDA graph take
+    ``global_scale`` and then the quantize kernel, chained with PDL.
     """
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)
-        scale = global_scale(x, stream=stream, pdl=pdl)
-        return (*quantize(x, scale, sf_layout, out, sf_out, stream, config, pdl, NVFP4), scale)
+        return quantize(x, DYNAMIC, sf_layout, out, sf_out, stream, config, pdl, NVFP4)
     return quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4)
 
 

@@ -52,7 +52,7 @@ import torch
 from ..ops.arrays import check_choice
 from ..ops.dequantize import dequantize
 from ..ops.global_scale import global_scale as _global_scale
-from ..ops.quantize import MXFP4, NVFP4, Format, check_dynamic, quantize
+from ..ops.quantize import DYNAMIC, MXFP4, NVFP4, Format, check_dynamic, quantize
 from .library import DTYPE_NAMES, OUTPUTS, q_dtype, quantize_shapes_of
 
 ops = torch.ops.fp4q
@@ -79,8 +79,7 @@ def _eager_quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, f
     outputs = OUTPUTS[fp4_dtype]
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)
-        scale = _global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
-        return (*quantize(x, scale, sf_layout, out, sf_out, stream, config, pdl, fmt, outputs), scale)
+        return quantize(x, DYNAMIC, sf_layout, out, sf_out, stream, config, pdl, fmt, outputs)
     return quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt, outputs)
 
 

@@ -1,4 +1,4 @@
-// Global atomics, for the tile tickets the CTAs of a persistent grid share.
+// Global atomics and acquire loads, for the counters the CTAs of one grid share.
 #pragma once
 #include "ptx/types.cuh"
 
@@ -12,4 +12,16 @@ FP4Q_DEVICE u32 atom_acq_rel_gpu_global_add_u32(u32* p, u32 v) {
     u32 old;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
+}
+
+FP4Q_DEVICE u32 atom_global_max_u32(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.global.max.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
+FP4Q_DEVICE u32 ld_acquire_gpu_global_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
