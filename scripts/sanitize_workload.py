@@ -142,7 +142,7 @@ def dynamic_order_pass(rng, start: float, configs: dict) -> int:
 
 
 def global_scale_pass(rng, start: float) -> int:
-    """The global scale on ragged shapes, then a quantize with ``tensor_sf="dynamic"`` (the chained pair)."""
+    """The global scale on ragged shapes, then a quantize with ``tensor_sf="dynamic"`` (one launch at these sizes)."""
     failures = 0
     for m, k in SHAPES:
         bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)

@@ -928,17 +928,17 @@ def _dynamic_call(gpu, x, **kwargs):
 @pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
 def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
     cp = gpu.cupy
-    x = cp.array((300, 7168))
+    x = cp.array((100, 7168))
     for _ in range(2):
         q, sf, scale, names, launches = _dynamic_call(gpu, x, sf_layout=sf_layout)
         assert names == ["fp4q_quantize_fp4_dynamic"]
         args = launches[0]["args"]
         assert args == dict(x=x.data.ptr, x_row_stride=7168, q=q.data.ptr, sf=sf.data.ptr, scale=scale.data.ptr,
-                            rows=300, cols=7168, sync=FakeDriver.counter_for(None, None, 0))
+                            rows=100, cols=7168, sync=FakeDriver.counter_for(None, None, 0))
         assert scale.shape == () and scale.dtype == np.float32
         cfg = FusedDynamicConfig(sf_layout=sf_layout)
         # One wave: every CTA resident at once, as the grid barrier needs.
-        assert launches[0]["grid"][0] == min(math.ceil(cfg.work_items(300, 7168, sf_layout == "swizzled") / 128),
+        assert launches[0]["grid"][0] == min(math.ceil(cfg.work_items(100, 7168, sf_layout == "swizzled") / 128),
                                              SM_COUNT * CTAS_PER_SM)
 
 

@@ -67,7 +67,7 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("quantize_nvfp4_out", "default"), ("quantize_mxfp4", "default"), ("quantize_mxfp4_out", "default"),
              ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
              ("dequantize_nvfp4_out", "default"), ("dequantize_mxfp4", "default"),
-             ("dequantize_mxfp4_out", "default"), ("global_scale", "default")]
+             ("dequantize_mxfp4_out", "default"), ("global_scale", "default"), ("quantize_nvfp4_dynamic", "default")]
 
 
 def test_schemas():
@@ -80,7 +80,9 @@ def test_schemas():
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if "nvfp4" in name:
+        if name == "quantize_nvfp4_dynamic":  # the scale is computed, and returned third
+            assert not scale and len(schema.returns) == 3, schema
+        elif "nvfp4" in name:
             assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
         else:
             assert not scale, schema
@@ -226,7 +228,9 @@ def _every_op(x, t, y):
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
     y4 = ft.dequantize_mxfp4(qm, sfm, out=torch.empty_like(y))
     v = ft.scaled_fp4_quant(x, t)
-    return q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v
+    # The dynamic scale with out= given: the global_scale op, then quantize_nvfp4_out.
+    q4, sf4, scale4 = ft.quantize_nvfp4(x, "dynamic", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    return q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4
 
 
 def _functional_ops(x, t, y):
@@ -365,6 +369,7 @@ def _opcheck_samples():
         (ops.dequantize_mxfp4.default, (qm, sfm)),
         (ops.dequantize_mxfp4_out.default, (qm, sfm, torch.empty_like(x))),
         (ops.global_scale.default, (x,)),
+        (ops.quantize_nvfp4_dynamic.default, (x,)), (ops.quantize_nvfp4_dynamic.default, (x, "linear", False, True)),
     ]
 
 

@@ -50,8 +50,11 @@ VECTOR_THREADS = 128
 
 # tensor_sf="dynamic" runs one launch (amax, a grid barrier, then the vector
 # kernel's work reading x again from L2) up to this many elements, and the
-# global-scale kernels followed by the quantize kernel above.
-FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 23
+# global-scale kernels followed by the quantize kernel above. On the H200 the
+# one launch took 1.59-1.90x of a copy against 2.01-2.17x for the two passes
+# from 1x4096 to 128x7168, and lost from 256x7168 on, where its one-wave
+# grid walks several units per thread (docs/performance.md).
+FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 20
 
 
 @functools.lru_cache(maxsize=None)

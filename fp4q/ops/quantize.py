@@ -169,7 +169,7 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
 
 def _fused_dynamic_launch(plan: _Plan, dev) -> KernelLaunch | str:
     """The single-pass dynamic kernel for this kind of call, or TWO_PASS where it does not
-    apply: inputs above FUSED_DYNAMIC_MAX_ELEMENTS, whose second read would not come from L2."""
+    apply: inputs above FUSED_DYNAMIC_MAX_ELEMENTS, where two passes are faster."""
     if plan.rows * plan.cols > FUSED_DYNAMIC_MAX_ELEMENTS:
         return TWO_PASS
     view = plan.view
@@ -273,7 +273,7 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     ``tensor_sf="dynamic"`` computes the tensor scale on the device
     (``fp4q.global_scale(x)``'s value, no host sync) and returns the 3-tuple
     ``(q, sf, tensor_sf_device)``, the last a float32 device scalar of shape
-    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**23``
+    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**20``
     elements that the vector kernel can serve, with ``config=None``, take one
     launch that reduces the amax over the whole grid and quantizes, reading
     x from DRAM once (its second read comes from L2); larger inputs, other

@@ -105,6 +105,8 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
         return _eager_quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4, fp4_dtype)
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)
+        if out is None and sf_out is None:  # one op: a single launch where the ops layer can (its docstring)
+            return ops.quantize_nvfp4_dynamic.default(x, sf_layout, pdl, fp4_dtype)
         scale = ops.global_scale.default(x, pdl)
         return (*quantize_nvfp4(x, scale, sf_layout=sf_layout, out=out, sf_out=sf_out, pdl=pdl,
                                 fp4_dtype=fp4_dtype), scale)

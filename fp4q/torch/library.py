@@ -27,7 +27,7 @@ from ..ops.dequantize import output_shapes as dequantize_shapes
 from ..ops.global_scale import global_scale as _global_scale
 from ..ops.global_scale import input_view as scale_input_view
 from ..ops.plans import PLAN_CAPACITY, put_bounded
-from ..ops.quantize import MXFP4, NVFP4, Format, input_view, quantize
+from ..ops.quantize import DYNAMIC, MXFP4, NVFP4, Format, input_view, quantize
 from ..ops.quantize import output_shapes as quantize_shapes
 from ..ops.streams import torch_current_stream
 
@@ -100,6 +100,10 @@ def _quantize_nvfp4(x, tensor_sf, sf_layout="swizzled", pdl=True, fp4_dtype=Fals
     return quantize(x, tensor_sf, sf_layout, None, None, None, None, pdl, NVFP4, OUTPUTS[fp4_dtype])
 
 
+def _quantize_nvfp4_dynamic(x, sf_layout="swizzled", pdl=True, fp4_dtype=False):
+    return quantize(x, DYNAMIC, sf_layout, None, None, None, None, pdl, NVFP4, OUTPUTS[fp4_dtype])
+
+
 def _quantize_nvfp4_out(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=True):
     quantize(x, tensor_sf, sf_layout, out, sf_out, None, None, pdl, NVFP4, OUTPUTS[0])
 
@@ -166,6 +170,12 @@ def _quantize_nvfp4_fake(x, tensor_sf, sf_layout="swizzled", pdl=True, fp4_dtype
     view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
     _scale_rule(tensor_sf, view.device)
     return x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e4m3fn)
+
+
+def _quantize_nvfp4_dynamic_fake(x, sf_layout="swizzled", pdl=True, fp4_dtype=False):
+    _, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
+    return (x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e4m3fn),
+            x.new_empty((), dtype=torch.float32))
 
 
 def _check_quantize_outputs(view, q_shape, sf_shape, fmt: Format, out, sf_out) -> None:
@@ -267,6 +277,8 @@ for _overload, _scale in ((".Tensor", "Tensor tensor_sf"), ("", "float tensor_sf
               _dequantize_nvfp4, _dequantize_nvfp4_fake)
     _register("dequantize_nvfp4_out" + _overload, f"Tensor q, Tensor sf, {_scale}, Tensor(a!) out, "
               f"{_DEQUANTIZE_TAIL}", "()", _dequantize_nvfp4_out, _dequantize_nvfp4_out_fake)
+_register("quantize_nvfp4_dynamic", f"Tensor x, {_QUANTIZE_TAIL}, bool fp4_dtype=False", "(Tensor, Tensor, Tensor)",
+          _quantize_nvfp4_dynamic, _quantize_nvfp4_dynamic_fake)
 _register("quantize_mxfp4", f'Tensor x, str mx_mode="rceil", {_QUANTIZE_TAIL}, bool fp4_dtype=False',
           "(Tensor, Tensor)", _quantize_mxfp4, _quantize_mxfp4_fake)
 _register("quantize_mxfp4_out", f'Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil", {_QUANTIZE_TAIL}',
