@@ -13,7 +13,8 @@ from fp4q.jit import render as codegen
 from fp4q.numerics import reference
 from fp4q.jit.compiler import compile_source
 from fp4q.kernels.rules import ConfigError
-from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
+from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
+from fp4q.kernels.quantize import SimtConfig
 from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.variants import GLOBAL_SCALE, all_variants
@@ -36,7 +37,7 @@ def test_defaults():
     assert GlobalScaleConfig().threads == 256
 
 
-@pytest.mark.parametrize("cls", [AmaxConfig, GlobalScaleConfig])
+@pytest.mark.parametrize("cls", [AmaxConfig, GlobalScaleConfig, FusedDynamicConfig])
 def test_shared_rules(cls):
     with raises_config("arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"):
         cls(arch="sm_89")
@@ -51,6 +52,25 @@ def test_amax_rules():
         AmaxConfig(input_dtype="float32")
     with raises_config("vector_loads must be a bool, got 1"):
         AmaxConfig(vector_loads=1)
+
+
+def test_fused_dynamic_rules_and_render():
+    with raises_config("sf_layout must be one of 'swizzled', 'linear', got 'tiled'"):
+        FusedDynamicConfig(sf_layout="tiled")
+    with raises_config("input_dtype must be one of 'bfloat16', 'float16', got 'float32'"):
+        FusedDynamicConfig(input_dtype="float32")
+    cfg = FusedDynamicConfig(sf_layout="linear", input_dtype="float16", arch="sm_100f")
+    # The quantize half is the vector kernel's: the same flags and the same work items.
+    assert cfg.vector == SimtConfig(threads=128, vector=True, sf_layout="linear", input_dtype="float16",
+                                    arch="sm_100f")
+    assert cfg.work_items(300, 7168, False) == cfg.vector.work_items(300, 7168, False)
+    src = codegen.render(cfg.spec)
+    assert (src.kernel_name, src.arch) == ("fp4q_quantize_fp4_dynamic", "sm_100f")
+    head = prelude(src.source)
+    for line in ("constexpr int SIMT_THREADS = 128;", "constexpr int SF_VEC = 16;", "constexpr int VEC_ELEMS = 16;",
+                 "constexpr bool FP4Q_SF_SWIZZLED = false;", "constexpr bool FP4Q_INPUT_FP16 = true;"):
+        assert line in head
+    assert cfg.spec.grid.waves == 1  # one wave: the grid barrier needs every CTA resident
 
 
 def prelude(source: str) -> str:
