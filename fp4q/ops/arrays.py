@@ -84,17 +84,15 @@ new_operand = functools.partial(tuple.__new__, Operand)
 
 def as_operand(x, name: str) -> Operand:
     """``x`` as an Operand: a CuPy array or a torch CUDA tensor directly, anything
-    else through DLPack or the CUDA array interface (via CuPy)."""
+    else through DLPack or the CUDA array interface (as a zero-copy CuPy array)."""
     cp = _cupy_module or cupy()
-    if type(x) is cp.ndarray:  # the common case, without a further call
+    if isinstance(x, cp.ndarray):  # the common case first
         data, dtype = x.data, x.dtype
-        name = _DTYPE_NAMES.get(dtype.num) or _dtype_name(dtype)
-        return new_operand((x, data.ptr, x.shape, name, data.device_id, False))
+        dtype_name = _DTYPE_NAMES.get(dtype.num) or _dtype_name(dtype)
+        return new_operand((x, data.ptr, x.shape, dtype_name, data.device_id, False))
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
         return torch_operand(x, name)
-    if isinstance(x, cp.ndarray):
-        return _from_cupy(x)
     if isinstance(x, np.ndarray) or np.isscalar(x):
         raise TypeError(f"{name} must be a CUDA array (CuPy, torch, or any __dlpack__/__cuda_array_interface__ "
                         f"object), got a host {type(x).__name__}")
@@ -102,14 +100,18 @@ def as_operand(x, name: str) -> Operand:
     # DLPack first: it names bfloat16, where the array interface has only an anonymous "<V2".
     if _has(x, "__dlpack__"):
         try:
-            return _from_cupy(cp.from_dlpack(x))
+            view = cp.from_dlpack(x)
         except Exception as exc:  # noqa: BLE001 - fall back to the array interface
             errors.append(f"__dlpack__: {exc}")
+        else:
+            return as_operand(view, name)
     if _has(x, "__cuda_array_interface__"):
         try:
-            return _from_cupy(cp.asarray(x))
+            view = cp.asarray(x)
         except Exception as exc:  # noqa: BLE001
             errors.append(f"__cuda_array_interface__: {exc}")
+        else:
+            return as_operand(view, name)
     detail = "; ".join(errors) if errors else "it has neither __dlpack__ nor __cuda_array_interface__"
     raise TypeError(f"{name} must be a CUDA array, got {type(x).__name__} ({detail})")
 
@@ -138,11 +140,6 @@ def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
 
 
 _TORCH_DTYPE_NAMES: dict = {}
-
-
-def _from_cupy(a) -> Operand:
-    data = a.data
-    return new_operand((a, data.ptr, a.shape, _dtype_name(a.dtype), data.device_id, False))
 
 
 def _has(x, attr: str) -> bool:
