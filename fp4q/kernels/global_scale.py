@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from .archs import check_arch
-from .quantize import INPUT_DTYPES, SF_LAYOUTS, SimtConfig, quantize_flags
+from .quantize import INPUT_DTYPES, SimtConfig, quantize_flags
 from .rules import check_bool, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 
@@ -83,26 +83,23 @@ FUSED_DYNAMIC_PARAMS = params(
 @dataclass(frozen=True)
 class FusedDynamicConfig:
     """NVFP4 with the dynamic tensor scale in one launch: the amax of x, a barrier of
-    the whole grid, then the vector kernel's work (``SimtConfig(vector=True)``, 16
-    elements per thread) with the scale just derived. Its grid is one wave, all of
-    it resident at once; the call path takes it for inputs that fit in L2."""
+    the whole grid, then the vector kernel's work (``vector``: the
+    ``SimtConfig(vector=True)`` of 16 elements per thread whose rules the other
+    fields follow) with the scale just derived. Its grid is one wave, all of it
+    resident at once; the call path takes it for small inputs
+    (``tuning.FUSED_DYNAMIC_MAX_ELEMENTS``)."""
 
     threads: int = 128
     sf_layout: str = "swizzled"
     input_dtype: str = "bfloat16"
     arch: str = "sm_90a"
+    vector: SimtConfig = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_arch(self.arch)
         check_choice("threads", self.threads, BLOCK_SIZES)
-        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
-        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-
-    @functools.cached_property
-    def vector(self) -> SimtConfig:
-        """The vector-kernel config whose work the second half does."""
-        return SimtConfig(threads=self.threads, vector=True, vector_elements=16, sf_layout=self.sf_layout,
-                          input_dtype=self.input_dtype, arch=self.arch)
+        object.__setattr__(self, "vector", SimtConfig(threads=self.threads, vector=True, vector_elements=16,
+                                                      sf_layout=self.sf_layout, input_dtype=self.input_dtype,
+                                                      arch=self.arch))
 
     @functools.cached_property
     def spec(self) -> KernelSpec:

@@ -167,14 +167,12 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
     return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, map_shapes)
 
 
-def _fused_dynamic_launch(plan: _Plan, dev) -> KernelLaunch | str:
+def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | str:
     """The single-pass dynamic kernel for this kind of call, or TWO_PASS where it does not
     apply: inputs above FUSED_DYNAMIC_MAX_ELEMENTS, where two passes are faster."""
     if plan.rows * plan.cols > FUSED_DYNAMIC_MAX_ELEMENTS:
         return TWO_PASS
-    view = plan.view
-    cfg = FusedDynamicConfig(sf_layout="swizzled" if plan.swizzled else "linear", input_dtype=INPUT_DTYPES[view.dtype],
-                             arch=dev.arch)
+    cfg = FusedDynamicConfig(sf_layout=sf_layout, input_dtype=INPUT_DTYPES[plan.view.dtype], arch=dev.arch)
     kernel = get_kernel(cfg.spec, dev.ordinal)
     grid = cfg.spec.grid.size(cfg.work_items(plan.rows, plan.cols, plan.swizzled), dev.sm_count, kernel.ctas_per_sm)
     # dynamic=True: the launch takes its stream's counter (tile_tickets) as the grid barrier's.
@@ -189,7 +187,7 @@ def _dynamic(x, plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout, s
     if config is None and aligned and not plan.empty:
         launch = plan.launches.get(("dynamic", True))
         if launch is None:
-            launch = _fused_dynamic_launch(plan, driver.device(plan.device))
+            launch = _fused_dynamic_launch(plan, sf_layout, driver.device(plan.device))
             with plan.lock:
                 plan.launches[("dynamic", True)] = launch
         # No counter while the stream is captured into a graph: two passes then.

@@ -30,5 +30,6 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
     pdl_launch_dependents();
     const float tensor_sf = global_scale_of_amax(amax_bits);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = tensor_sf;
-    quantize_vector(x, x_row_stride, q, sf, TensorScale{tensor_sf, rcp_rn(tensor_sf)}, rows, cols);
+    // Built in value mode (FP4Q_TENSOR_SF_BY_POINTER false): the scale and its reciprocal as every kernel takes them.
+    quantize_vector(x, x_row_stride, q, sf, tensor_scale(tensor_sf, nullptr), rows, cols);
 }

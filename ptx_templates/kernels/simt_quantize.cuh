@@ -1,5 +1,5 @@
 // What the two SIMT quantize kernels (vector and plain) share: one launch
-// ABI, which plans.SimtLauncher packs, and one prologue.
+// ABI (SIMT_QUANTIZE_PARAMS in fp4q/kernels/quantize.py), and one prologue.
 #pragma once
 #include "layout/scale_layout.cuh"
 #include "numerics/amax.cuh"
