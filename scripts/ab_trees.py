@@ -4,13 +4,18 @@ and device time per op, through the public API only.
 
     python scripts/ab_trees.py OLD_TREE NEW_TREE [--shapes 16x4096,1024x4096,8192x8192]
 
-Each tree (a directory holding ``fp4q/`` and ``ptx_templates/``) runs in its
-own child process, ``--rounds`` times, the order reversed every other round;
-the table gives the median per tree and the ratio to the first tree. Host
-time: warm calls (``out=`` given, except for the allocating ones), the
-least of five runs of 1000 calls (``timing.host_us_per_call``); device
-time: L2 flushed, launches queued behind a spin kernel (``timing.time_fn``).
-Every output of every tree is compared byte for byte with the first tree's.
+Each tree (a directory holding ``fp4q/`` and ``ptx_templates/``) is imported
+by its own child process, which stays alive for the whole run and measures
+one thing at a time when asked. The parent interleaves the trees at a fine
+grain, ``--rounds`` times, the order reversed every other round: one
+measurement of one op by every tree before the next, so a host that speeds
+up or slows down during the run moves every tree alike. Host time: warm
+calls (``out=`` given, except for the allocating one), the least of three
+runs of ``--calls`` calls (``timing.host_us_per_call``); device time: L2
+flushed, launches queued behind a spin kernel (``timing.time_fn``). The
+table gives the median per tree and the median of the per-round ratios to
+the first tree. Every output of every tree is compared byte for byte with
+the first tree's.
 """
 
 from __future__ import annotations
@@ -36,9 +41,8 @@ from fp4q import reference
 
 assert fp4q.__file__.startswith(sys.argv[1]), fp4q.__file__
 shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[3].split(",")]
-reps = int(sys.argv[4])
-out = {"host": {}, "device": {}, "bytes": {}}
 rng = np.random.default_rng(0)
+ops, digests = {}, {}
 for m, k in shapes:
     x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
     tsf = float(reference.global_scale(cp.asnumpy(x)))
@@ -48,65 +52,100 @@ for m, k in shapes:
     qm = cp.empty((m, k // 2), cp.uint8)
     sfm = cp.empty(fp4q.swizzled_sf_shape(m, k // 32), cp.uint8)
     y = cp.empty((m, k), cp.uint16)
-    ops = {
+    for name, fn in {
         "quantize_nvfp4": lambda: fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf),
         "quantize_nvfp4 device tsf": lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf),
         "quantize_nvfp4 allocating": lambda: fp4q.quantize_nvfp4(x, tsf),
         "quantize_mxfp4": lambda: fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm),
         "dequantize_nvfp4": lambda: fp4q.dequantize_nvfp4(q, sf, tsf, out=y),
         "global_scale": lambda: fp4q.global_scale(x),
-    }
-    for name, fn in ops.items():
+    }.items():
         fn()
-        cp.cuda.Device().synchronize()
-        key = f"{name} {m}x{k}"
-        if m * k <= 16 * 4096:  # the least of five: a run of calls that no other load slowed down
-            out["host"][key] = min(timing.host_us_per_call(fn, calls=1000) for _ in range(5))
-        out["device"][key] = timing.time_fn(fn, reps=reps).median_us
+        ops[f"{name} {m}x{k}"] = (m * k, fn)
     fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf)
     fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm)
     fp4q.dequantize_nvfp4(q, sf, tsf, out=y)
     g = fp4q.global_scale(x)
     cp.cuda.Device().synchronize()
-    out["bytes"][f"{m}x{k}"] = [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in (q, sf, qm, sfm, y, g)]
-print("AB_RESULT " + json.dumps(out))
+    digests[f"{m}x{k}"] = [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in (q, sf, qm, sfm, y, g)]
+print(json.dumps({"ops": {key: size for key, (size, _) in ops.items()}, "bytes": digests}), flush=True)
+for line in sys.stdin:
+    section, key, n = json.loads(line)
+    fn = ops[key][1]
+    if section == "host":
+        value = min(timing.host_us_per_call(fn, calls=n) for _ in range(3))
+    else:
+        value = timing.time_fn(fn, reps=n).median_us
+    print(json.dumps(value), flush=True)
 """
 
 
-def run_tree(tree: str, shapes: str, reps: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(tree), HERE, shapes, str(reps)],
-                          capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("AB_RESULT "):
-            return json.loads(line[len("AB_RESULT "):])
-    raise SystemExit(f"{tree}: no result (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}")
+class Child:
+    """One tree's measuring process."""
+
+    def __init__(self, tree: str, shapes: str, cpu: int | None) -> None:
+        self.tree = tree
+        pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), HERE, shapes],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
+        self.setup = json.loads(self._line())
+
+    def _line(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.tree}: the child ended (exit {self.proc.wait()})")
+        return line
+
+    def measure(self, section: str, key: str, n: int) -> float:
+        self.proc.stdin.write(json.dumps([section, key, n]) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trees", nargs="+", help="fp4q source trees; the first is the baseline")
     parser.add_argument("--shapes", default="16x4096,1024x4096,8192x8192")
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3, help="child runs per tree, alternating")
+    parser.add_argument("--reps", type=int, default=30, help="device-time repetitions per measurement")
+    parser.add_argument("--calls", type=int, default=300, help="calls per host-time run")
+    parser.add_argument("--host-max-elements", type=int, default=16 * 4096,
+                        help="host time only for shapes up to this many elements (larger ones are device-bound)")
+    parser.add_argument("--rounds", type=int, default=15, help="measurements per op and tree, interleaved")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="the CPU every child is pinned to (default: the last one this process may use; -1: "
+                             "no pinning). One CPU for all: cores of one host differ in speed by more than the "
+                             "trees do")
     args = parser.parse_args(argv)
-    runs: dict[str, list[dict]] = {t: [] for t in args.trees}
-    for i in range(args.rounds):  # the order alternates, so that neither tree always runs first
-        for tree in args.trees if i % 2 == 0 else reversed(args.trees):
-            runs[tree].append(run_tree(tree, args.shapes, args.reps))
-    base = args.trees[0]
+    cpu = args.cpu
+    if cpu is None and hasattr(os, "sched_getaffinity"):
+        cpu = max(os.sched_getaffinity(0))
+    children = [Child(t, args.shapes, None if cpu == -1 else cpu) for t in args.trees]
+    base = children[0]
     status = 0
-    for tree in args.trees[1:]:
-        if runs[tree][0]["bytes"] != runs[base][0]["bytes"]:
-            print(f"OUTPUTS DIFFER: {tree} vs {base}")
+    for child in children[1:]:
+        if child.setup["bytes"] != base.setup["bytes"]:
+            print(f"OUTPUTS DIFFER: {child.tree} vs {base.tree}")
             status = 1
     names = [os.path.basename(os.path.normpath(t)) or t for t in args.trees]
-    for section, unit in (("host", "us/call"), ("device", "us")):
-        print(f"\n{section} ({unit}, median of {args.rounds} runs)")
+    for section, unit, n in (("host", "us/call", args.calls), ("device", "us", args.reps)):
+        keys = [key for key, size in base.setup["ops"].items() if section == "device" or size <= args.host_max_elements]
+        print(f"\n{section} ({unit}; median of {args.rounds} interleaved measurements; ratio: median of the "
+              f"per-round ratios to {names[0]})", flush=True)
         print(f"| {'op':<36} | " + " | ".join(f"{n:>10}" for n in names) + " | ratio |")
-        for key in runs[base][0][section]:
-            med = [statistics.median(r[section][key] for r in runs[t]) for t in args.trees]
-            ratio = " ".join(f"{m / med[0]:.3f}" for m in med[1:])
-            print(f"| {key:<36} | " + " | ".join(f"{m:10.2f}" for m in med) + f" | {ratio} |")
+        for key in keys:
+            values: list[list[float]] = [[] for _ in children]
+            for i in range(args.rounds):  # the order alternates, so that neither tree always goes first
+                for j in (range(len(children)) if i % 2 == 0 else reversed(range(len(children)))):
+                    values[j].append(children[j].measure(section, key, n))
+            med = [statistics.median(v) for v in values]
+            ratio = " ".join(f"{statistics.median(a / b for a, b in zip(v, values[0])):.3f}" for v in values[1:])
+            print(f"| {key:<36} | " + " | ".join(f"{m:10.2f}" for m in med) + f" | {ratio} |", flush=True)
+    for child in children:
+        child.close()
     return status
 
 

@@ -1,11 +1,12 @@
 """Dump the SASS of every shipped kernel variant, or compare two such dumps.
 
-    python scripts/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100f] [--jobs 2]
+    python scripts/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100f] [--jobs 2] [--match REGEX]
     python scripts/sass_dump.py --compare DIR_A DIR_B [--common]
 
 The first form compiles each variant of ``all_variants(arch)`` plus the
 numerics probe into a throw-away binary cache and writes ``cuobjdump -sass``
-of each cubin to ``OUT_DIR/<arch>/<variant>.sass``. The second form lists the
+of each cubin to ``OUT_DIR/<arch>/<variant>.sass`` (with ``--match``, only
+the variants whose name the regular expression matches, from its start). The second form lists the
 variants whose SASS differs (or exists on one side only) and exits non-zero
 when there is any; with --common, variants that only one dump holds (a tree
 that ships more) are counted but do not fail it. Compare DIR_A/sm_90a with
@@ -113,7 +114,7 @@ def _dump_one(job: tuple[str, object, str, str, str]) -> tuple[str, int]:
     return name, sass.count("\n")
 
 
-def dump(out_dir: pathlib.Path, archs: list[str], jobs: int) -> None:
+def dump(out_dir: pathlib.Path, archs: list[str], jobs: int, match: str | None = None) -> None:
     api = _fp4q()
     cuobjdump = find_cuobjdump()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -122,8 +123,10 @@ def dump(out_dir: pathlib.Path, archs: list[str], jobs: int) -> None:
         for arch in archs:
             arch_dir = out_dir / arch
             arch_dir.mkdir(exist_ok=True)
-            sources = {name: api.render(cfg) for name, cfg in api.all_variants(arch).items()}
-            sources["numerics_probe"] = api.render_numerics_probe(arch)
+            sources = {name: api.render(cfg) for name, cfg in api.all_variants(arch).items()
+                       if match is None or re.match(match, name)}
+            if match is None or re.match(match, "numerics_probe"):
+                sources["numerics_probe"] = api.render_numerics_probe(arch)
             files = {}
             for name, source in sources.items():
                 file = arch_dir / f"{sanitize(name)}.sass"
@@ -173,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile processes")
     parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar=("DIR_A", "DIR_B"))
     parser.add_argument("--common", action="store_true", help="with --compare: only the variants both dumps hold")
+    parser.add_argument("--match", help="dump only the variants whose name this regular expression matches")
     args = parser.parse_args(argv)
     if args.compare:
         if args.out_dir is not None:
@@ -180,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare, common=args.common)
     if args.out_dir is None:
         parser.error("give OUT_DIR or --compare DIR_A DIR_B")
-    dump(args.out_dir, args.arch or default_archs(), args.jobs)
+    dump(args.out_dir, args.arch or default_archs(), args.jobs, args.match)
     return 0
 
 
