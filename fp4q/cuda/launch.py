@@ -13,6 +13,7 @@ address of its 128-byte storage, which the driver copies at launch.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from typing import Sequence
@@ -74,8 +75,9 @@ class Launcher:
     tiles from a counter of the launch's stream (``tickets``).
 
     Each thread gets its own argument block, whose slots are written once,
-    and its own pair of ``CUlaunchConfig`` objects (without and with PDL),
-    so concurrent launches never share mutable state. The driver copies
+    and its own pair of ``CUlaunchConfig`` objects (without and with PDL,
+    each set to a new stream only when the stream changes), so concurrent
+    launches never share mutable state. The driver copies
     the arguments during ``cuLaunchKernelEx``, so the block is free again
     when it returns. A kernel built without ``griddepcontrol`` (``pdl``
     False) always launches without PDL: it must not start before its
@@ -157,9 +159,13 @@ class Launcher:
         address = base + self._values_bytes  # the slots
         struct.pack_into(f"<{values}Q", block, self._values_bytes + 8 * maps, *[base + o for o in self._offsets])
         without = _launch_config(self.grid, self.block, self.smem_bytes, False)
-        with_pdl = _launch_config(self.grid, self.block, self.smem_bytes, True) if self.pdl else without
+        # Two objects even without PDL: each remembers the stream it was last set to.
+        with_pdl = _launch_config(self.grid, self.block, self.smem_bytes, self.pdl)
         self._local.keep = (without, with_pdl)  # the PDL attribute the config points into
-        state = self._local.state = (block, address, (without[0], with_pdl[0]))
+        # pack(*values): the block and offset bound once (a call with both spelled out costs
+        # a tuple per launch); streams: the stream each config was last set to (None: never).
+        pack = functools.partial(self._pack.pack_into, block, 0)
+        state = self._local.state = (pack, address, (without[0], with_pdl[0]), [None, None])
         return state
 
     def __call__(self, stream: int, pdl: bool, values: Sequence, map_pointers: tuple = ()) -> None:
@@ -167,19 +173,21 @@ class Launcher:
         of ``map_pointers``, in the device's primary context (pushed only when another
         context is current)."""
         try:
-            block, address, configs = self._local.state
+            pack, address, configs, streams = self._local.state
         except AttributeError:
-            block, address, configs = self._thread_state()
+            pack, address, configs, streams = self._thread_state()
         if self.order is not None:
             values = [values[i] for i in self.order]
         if map_pointers:
             addresses, objects = self._maps.get(map_pointers) or self.maps(map_pointers)
-            self._pack.pack_into(block, 0, *values, *addresses)
+            pack(*values, *addresses)
         else:
-            self._pack.pack_into(block, 0, *values)
+            pack(*values)
         cu = self._cu
         config = configs[pdl]  # pdl is a bool: False -> 0, True -> 1
-        config.hStream = cu.CUstream(stream)
+        if streams[pdl] != stream:
+            config.hStream = cu.CUstream(stream)
+            streams[pdl] = stream
         if is_current(self.device):
             result = cu.cuLaunchKernelEx(config, self.function, address, 0)
         else:

@@ -221,22 +221,15 @@ def _flattened(name, shape, strides, row_stride: int, itemsize: int, a: Operand)
     return RowsView(shape[:-1], math.prod(shape[:-1]), shape[-1], row_stride, itemsize, a.dtype, a.device)
 
 
-class TensorScale(NamedTuple):
-    mode: str  # "value" or "pointer"
-    value: float
-    ptr: int
-
-
-_value_scale = functools.partial(tuple.__new__, TensorScale)  # TensorScale without a Python frame
-
-
-def tensor_scale(tensor_sf, device: int) -> TensorScale:
-    """A host tensor_sf rounded to float32 and range-checked, or a device float32 scalar."""
+def tensor_scale(tensor_sf, device: int) -> tuple[str, float, int]:
+    """``(mode, value, ptr)``: ``("value", v, 0)`` for a host tensor_sf ``v`` (range-checked;
+    the launch packs it as a C float, i.e. rounds it to float32) or ``("pointer", 0.0, p)``
+    for a device float32 scalar at ``p``. A plain tuple: a call builds one every time."""
     kind = type(tensor_sf)
     if kind is float and TENSOR_SF_MIN <= tensor_sf <= TENSOR_SF_MAX:
         # Passed as is: the launch packs it as a C float (the float32 rounding of
         # np.float32), and the bounds are float32 values, so it rounds between them.
-        return _value_scale(("value", tensor_sf, 0))
+        return ("value", tensor_sf, 0)
     if kind is float or kind is int or (isinstance(tensor_sf, (int, float, np.floating, np.integer))
                                         and not isinstance(tensor_sf, (bool, np.bool_))):
         rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
@@ -251,7 +244,7 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
         value = float(np.float32(wide))
         if not TENSOR_SF_MIN <= value <= TENSOR_SF_MAX:
             raise ValueError(rule)
-        return TensorScale("value", value, 0)
+        return ("value", value, 0)
     if isinstance(tensor_sf, np.ndarray):
         raise TypeError("tensor_sf must be a Python float or a device (CuPy or torch) float32 scalar, got a host "
                         "numpy array")
@@ -261,17 +254,17 @@ def tensor_scale(tensor_sf, device: int) -> TensorScale:
     return device_scale(as_operand(tensor_sf, "tensor_sf"), device)
 
 
-def device_scale(a: Operand, device: int) -> TensorScale:
+def device_scale(a: Operand, device: int) -> tuple[str, float, int]:
     """The rules of a device tensor_sf (also run on torch's fake tensors, whose ``ptr`` is 0)."""
     if a.dtype != "float32" or math.prod(a.shape) != 1 or len(a.shape) > 1:
         raise ValueError(f"a device tensor_sf must be a float32 array of shape () or (1,), got dtype {a.dtype} "
                          f"shape {tuple(a.shape)}")
     if a.device != device:
         raise ValueError(f"tensor_sf is on device {a.device} but x is on device {device}")
-    return TensorScale("pointer", 0.0, a.ptr)
+    return ("pointer", 0.0, a.ptr)
 
 
-NO_TENSOR_SCALE = TensorScale("value", 0.0, 0)
+NO_TENSOR_SCALE = ("value", 0.0, 0)  # the formats without a tensor scale
 
 
 def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str) -> tuple[int, ...]:

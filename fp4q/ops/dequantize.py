@@ -128,7 +128,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     view = plan.view
     q_span = view.span(qa.ptr)
     sfa = check_buffer(sf, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
-    scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
+    mode, value, scale_ptr = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
     handle = stream_handle(stream, qa)
     if out is None:
         y = outputs(dtype, plan.y_shape, view.device, handle)
@@ -140,7 +140,8 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         check_config_type(config)
     if view.empty:
         return y.obj
-    mode = scale.mode if fmt == "nvfp4" else "none"
+    if fmt != "nvfp4":
+        mode = "none"
     aligned = not ((qa.ptr | y.ptr) & 15)
     launch = plan.launches.get((mode, aligned))
     if launch is None:
@@ -150,10 +151,10 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         with plan.lock:
             plan.launches[(mode, aligned)] = launch
     if launch.map_names:
-        launch(handle, pdl, (sfa.ptr, y.ptr, scale.value, scale.ptr, view.rows, 2 * view.width,
+        launch(handle, pdl, (sfa.ptr, y.ptr, value, scale_ptr, view.rows, 2 * view.width,
                              launch.tickets(handle)), (qa.ptr,))
     else:
-        launch(handle, pdl, (qa.ptr, view.row_stride, sfa.ptr, y.ptr, scale.value, scale.ptr, view.rows,
+        launch(handle, pdl, (qa.ptr, view.row_stride, sfa.ptr, y.ptr, value, scale_ptr, view.rows,
                              2 * view.width))
     return y.obj
 

@@ -21,7 +21,6 @@ from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config
 from .arrays import (
     INPUT_DTYPES,
     NO_TENSOR_SCALE,
-    TensorScale,
     Q_DTYPES,
     SF_DTYPES,
     RowsView,
@@ -147,7 +146,7 @@ SIMT_ARGS = ("x", "x_row_stride", "q", "sf", "tensor_sf_value", "tensor_sf_ptr",
 FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "sync")
 
 # tensor_sf="dynamic" inside the call path: the scale is computed on the device.
-DYNAMIC = TensorScale("dynamic", 0.0, 0)
+DYNAMIC = ("dynamic", 0.0, 0)  # a (mode, value, ptr) of its own, compared by identity
 TWO_PASS = "two passes"  # stored in place of a launch where the single-pass kernel cannot serve a kind of call
 
 
@@ -211,9 +210,9 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
     device = plan.device
     if tensor_sf is DYNAMIC:
-        scale = DYNAMIC
+        mode, value, scale_ptr = DYNAMIC
     else:
-        scale = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
+        mode, value, scale_ptr = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
     handle = stream_handle(stream, xa)
     x_ptr = xa.ptr
     x_span = (x_ptr, x_ptr + plan.x_extent)
@@ -232,22 +231,22 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         check_config_type(config, fmt)
     sf_ptr = sf.ptr
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
-    if scale is DYNAMIC:
+    if tensor_sf is DYNAMIC:
         return _dynamic(x, plan, xa, q, sf, aligned, handle, sf_layout, stream, config, pdl, outputs)
     if plan.empty:
         return q.obj, sf.obj
-    launch = plan.launches.get((scale.mode, aligned))
+    launch = plan.launches.get((mode, aligned))
     if launch is None:
         dev = driver.device(device)
-        cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, scale.mode, dev.arch, fmt)
+        cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, mode, dev.arch, fmt)
         launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
         with plan.lock:
-            plan.launches[(scale.mode, aligned)] = launch
+            plan.launches[(mode, aligned)] = launch
     if launch.map_names:
-        launch(handle, pdl, (0 if plan.swizzled else sf_ptr, scale.value, scale.ptr, plan.rows, plan.cols,
+        launch(handle, pdl, (0 if plan.swizzled else sf_ptr, value, scale_ptr, plan.rows, plan.cols,
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
-        launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, scale.value, scale.ptr, plan.rows, plan.cols))
+        launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, value, scale_ptr, plan.rows, plan.cols))
     return q.obj, sf.obj
 
 
@@ -311,7 +310,7 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         check_choice("mode", mode, tuple(MXFP4))
     spec_format = NVFP4 if fmt == "nvfp4" else MXFP4[mode]
     view = input_view(as_operand(x, "x"), spec_format)
-    scale = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
+    mode = (tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
     check_config_type(config, spec_format)
     if view.empty:
         return None
@@ -320,5 +319,5 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         if buf is not None:
             pointers[i] = as_operand(buf, name).ptr
     arch = driver.device(view.device).arch
-    return resolve_config(config, view, tuple(pointers), sf_layout, scale.mode, arch, spec_format)
+    return resolve_config(config, view, tuple(pointers), sf_layout, mode, arch, spec_format)
 
