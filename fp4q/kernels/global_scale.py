@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from .archs import check_arch
-from .quantize import INPUT_DTYPES, SimtConfig, quantize_flags
+from .quantize import INPUT_DTYPES, SimtConfig
 from .rules import check_bool, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 
@@ -103,8 +103,8 @@ class FusedDynamicConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        constants = (("SIMT_THREADS", self.threads), ("SF_VEC", 16), ("VEC_ELEMS", 16))
-        return simt_spec("quantize_fp4_dynamic", self.arch, constants, quantize_flags(self.vector),
+        # The vector kernel's constants and flags: its quantize step is that kernel's.
+        return simt_spec("quantize_fp4_dynamic", self.arch, self.vector.spec.constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:

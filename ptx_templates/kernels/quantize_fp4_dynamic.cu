@@ -16,13 +16,10 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
                           float* __restrict__ scale, i32 rows, i32 cols, u32* __restrict__ sync) {
     // The previous kernel may write x, still read q, sf or scale, and use the counter.
     pdl_wait();
-    const i64 units_per_row = cols / VEC_ELEMS;
-    const i64 units = rows * units_per_row;
     float amax = 0.0f;
-    for (i64 u = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
-         u += static_cast<i64>(gridDim.x) * blockDim.x) {
+    for (RowWalk unit(grid_thread(), grid_threads(), cols / VEC_ELEMS); unit.row < rows; unit.advance()) {
         u32 w[4 * VEC_LOADS];
-        load_vector(x + (u / units_per_row) * x_row_stride + (u % units_per_row) * VEC_ELEMS, w);
+        load_vector(x + unit.row * x_row_stride + unit.col * VEC_ELEMS, w);
         amax = max_f32(amax, amax_packed(w));
     }
     const u32 amax_bits = grid_max_u32(sync, block_max_u32<SIMT_THREADS>(f32_bits(amax)));
@@ -31,5 +28,5 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
     const float tensor_sf = global_scale_of_amax(amax_bits);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = tensor_sf;
     // Built in value mode (FP4Q_TENSOR_SF_BY_POINTER false): the scale and its reciprocal as every kernel takes them.
-    quantize_vector(x, x_row_stride, q, sf, tensor_scale(tensor_sf, nullptr), rows, cols);
+    quantize_vector(x, x_row_stride, q, sf, rows, cols, [] {}, [&] { return tensor_scale(tensor_sf, nullptr); });
 }

@@ -13,7 +13,8 @@ FP4Q_DEVICE u32 load_pair(const u16* p) {
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
-    const TensorScale tsf = simt_quantize_prologue(tensor_sf_value, tensor_sf_ptr);
+    simt_quantize_prologue();
+    const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const int domain_groups = sf_domain_groups(groups);
     const i64 total = sf_domain_rows(rows) * domain_groups;

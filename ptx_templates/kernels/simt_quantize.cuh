@@ -13,9 +13,9 @@
         float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, i32 rows, i32 cols
 
 // The previous kernel may write x or tensor_sf and still read q and sf: wait
-// for it, let the next kernel start its own prologue, then read the scale.
-FP4Q_DEVICE TensorScale simt_quantize_prologue(float tensor_sf_value, const float* tensor_sf_ptr) {
+// for it, then let the next kernel start its own prologue. The tensor scale
+// is read after this.
+FP4Q_DEVICE void simt_quantize_prologue() {
     pdl_wait();
     pdl_launch_dependents();
-    return tensor_scale(tensor_sf_value, tensor_sf_ptr);
 }

@@ -11,6 +11,7 @@
 #include "numerics/amax.cuh"
 #include "numerics/quantize_group.cuh"
 #include "numerics/tensor_scale.cuh"
+#include "pipeline/row_walk.cuh"
 #include "ptx/global_memory.cuh"
 #include "ptx/sync.cuh"
 
@@ -24,24 +25,52 @@ FP4Q_DEVICE void load_vector(const u16* p, u32 (&w)[4 * VEC_LOADS]) {
     for (int v = 0; v < VEC_LOADS; ++v) ld_global_nc_v4(p + 8 * v, w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
 
+// Zero scales for the rows from `rows` up to the next multiple of 128 (the
+// swizzled layout's padding): four groups of one row are one aligned word.
+FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups) {
+    if constexpr (FP4Q_SF_SWIZZLED) {
+        const int words_per_row = sf_domain_groups(groups) / 4;
+        const i64 pad_rows = sf_domain_rows(rows) - rows;
+        if (pad_rows == 0) return;  // without the walk's divisions
+        for (RowWalk p(grid_thread(), grid_threads(), words_per_row); p.row < pad_rows; p.advance()) {
+            st_global_u32(sf + sf_index(rows + p.row, p.col * 4, groups), 0u);
+        }
+    }
+}
+
+// The units of a row are VEC_ELEMS elements each, over the scale domain's
+// groups: unit (row, col) holds group col / THREADS_PER_GROUP.
+FP4Q_DEVICE bool unit_live(const RowWalk& unit, i32 rows, int groups) {
+    return unit.row < rows && unit.col / THREADS_PER_GROUP < groups;
+}
+
+// The unit's elements, or zeros for a unit outside x.
+FP4Q_DEVICE void load_unit(const u16* __restrict__ x, i64 x_row_stride, const RowWalk& unit, bool live,
+                           u32 (&w)[4 * VEC_LOADS]) {
+#pragma unroll
+    for (int i = 0; i < 4 * VEC_LOADS; ++i) w[i] = 0u;
+    if (live) load_vector(x + unit.row * x_row_stride + unit.col * VEC_ELEMS, w);
+}
+
+// Quantizes x. `prologue()` runs before the first read of x, once the
+// indices are known; `get_scale()` returns the tensor scale and is called
+// once, with the first loads in flight, after the padding scales are
+// written: on a small input the padding stores and a device scale's load
+// then overlap the loads of x instead of following them.
+template <typename Prologue, typename GetScale>
 FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                                 u8* __restrict__ sf, TensorScale tsf, i32 rows, i32 cols) {
+                                 u8* __restrict__ sf, i32 rows, i32 cols, Prologue prologue, GetScale get_scale) {
     const int groups = cols / SF_VEC;
-    const int domain_groups = sf_domain_groups(groups);
-    const i64 per_row = static_cast<i64>(domain_groups) * THREADS_PER_GROUP;
-    const i64 total = rows * per_row;
-    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
-    const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    // The trip count is the same for every lane of a warp (the loop runs on
-    // the warp's first index), so that every lane takes part in each shuffle.
-    for (i64 base = first & ~static_cast<i64>(31); base < total; base += stride) {
-        const i64 idx = base + (threadIdx.x & 31);
-        const i64 m = idx / per_row;
-        const int chunk = static_cast<int>(idx % per_row);  // VEC_ELEMS-element chunk of the row
-        const int j = chunk / THREADS_PER_GROUP;
-        const bool live = idx < total && j < groups;
-        u32 w[4 * VEC_LOADS] = {};
-        if (live) load_vector(x + m * x_row_stride + chunk * VEC_ELEMS, w);
+    RowWalk unit(grid_thread(), grid_threads(), sf_domain_groups(groups) * THREADS_PER_GROUP);
+    prologue();
+    bool live = unit_live(unit, rows, groups);
+    u32 w[4 * VEC_LOADS];
+    load_unit(x, x_row_stride, unit, live, w);
+    write_padding_scales(sf, rows, groups);
+    const TensorScale tsf = get_scale();
+    // The loop runs while any lane of the warp has a row (the first lane has
+    // the lowest), so that every lane takes part in each shuffle.
+    while (vote_sync_any_pred(unit.row < rows)) {
         float amax = amax_packed(w);
 #pragma unroll
         for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
@@ -50,7 +79,7 @@ FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8
         float inv;
         const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
         if (live) {
-            u8* dst = q + m * (cols / 2) + chunk * (VEC_ELEMS / 2);
+            u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
                 st_global_u32(dst, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
             } else {
@@ -58,19 +87,11 @@ FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8
                              quantize_e2m1x8(w[4], w[5], w[6], w[7], inv));
             }
         }
-        if (idx < total && chunk % THREADS_PER_GROUP == 0) {
-            sf[sf_index(m, j, groups)] = static_cast<u8>(live ? sf_byte : 0u);
+        if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
+            sf[sf_index(unit.row, unit.col / THREADS_PER_GROUP, groups)] = static_cast<u8>(live ? sf_byte : 0u);
         }
-    }
-    if constexpr (FP4Q_SF_SWIZZLED) {
-        // Rows from `rows` up to the next multiple of 128 hold zero scales: four
-        // groups of one row are one aligned word of the swizzled layout.
-        const int words_per_row = domain_groups / 4;
-        const i64 pad_words = (sf_domain_rows(rows) - rows) * words_per_row;
-        for (i64 i = first; i < pad_words; i += stride) {
-            const i64 m = rows + i / words_per_row;
-            const int j = static_cast<int>(i % words_per_row) * 4;
-            st_global_u32(sf + sf_index(m, j, groups), 0u);
-        }
+        unit.advance();
+        live = unit_live(unit, rows, groups);
+        load_unit(x, x_row_stride, unit, live, w);
     }
 }

@@ -19,3 +19,11 @@ FP4Q_DEVICE float shfl_sync_bfly_b32(float v, u32 lane_mask) {
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(d) : "f"(v), "r"(lane_mask));
     return d;
 }
+
+// Whether `p` holds on any lane of a full warp.
+FP4Q_DEVICE bool vote_sync_any_pred(bool p) {
+    u32 d;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tvote.sync.any.pred q, p, 0xffffffff;\n\t"
+                 "selp.u32 %0, 1, 0, q;\n\t}" : "=r"(d) : "r"(static_cast<u32>(p)));
+    return d != 0;
+}
