@@ -31,10 +31,11 @@ def signature(source: str, name: str) -> list[tuple[str, str]]:
     kernels = {m.group(1): m.group(2) for m in _SIGNATURE.finditer(source)}
     text = kernels[name].strip()
     defines = {m.group(1): m.group(2).replace("\\\n", " ") for m in _DEFINE.finditer(source)}
-    while text in defines:  # a parameter list written once as a macro
-        text = defines[text].strip()
+    decls = [d.strip() for d in text.split(",")]
+    while any(d in defines for d in decls):  # parameters written once as a macro, the whole list or a part
+        decls = [e.strip() for d in decls for e in (defines[d].split(",") if d in defines else [d])]
     out = []
-    for decl in text.split(","):
+    for decl in decls:
         words = decl.replace("*", " * ").split()
         words = [w for w in words if w not in ("const", "__restrict__", "__grid_constant__")]
         out.append(("".join(words[:-1]), words[-1]))

@@ -27,23 +27,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
 fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
                     const u8* __restrict__ sf,
                     u8* __restrict__ out,
-                    float tensor_sf_value,
-                    const float* __restrict__ tensor_sf_ptr,
-                    i32 rows, i32 cols,
-                    u32* __restrict__ tickets) {
-    extern __shared__ u8 smem_raw[];
-    u8* smem = align_smem<128>(smem_raw);
-    const Tiles tiles = tiles_of(rows, cols);
-    const Ring ring = ring_init(smem + OFF_BARRIERS);
-    int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
+                    FP4Q_TMA_TAIL_PARAMS) {
+    const TmaCta cta = tma_cta_setup<128>(rows, cols);
 
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
             prefetch_tensormap(&q_map);
-            produce_tiles(ring, stage_tiles, tiles, tickets, STAGE_BYTES, [&](int stage, int tile) {
-                cp_async_bulk_tensor_2d_global_to_shared(smem + stage * STAGE_BYTES, &q_map,
-                                                         tile_k0(tiles, tile) / 2, tile_m0(tiles, tile),
-                                                         &ring.full[stage]);
+            produce_tiles(cta.ring, cta.stage_tiles, cta.tiles, tickets, STAGE_BYTES, [&](int stage, int tile) {
+                cp_async_bulk_tensor_2d_global_to_shared(cta.smem + stage * STAGE_BYTES, &q_map,
+                                                         tile_k0(cta.tiles, tile) / 2, tile_m0(cta.tiles, tile),
+                                                         &cta.ring.full[stage]);
             });
         }
         return;
@@ -56,13 +49,8 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / GROUP;
 
-    for (int i = 0;; ++i) {
-        const int stage = ring_consume(ring, i);
-        const int tile = stage_tiles[stage];
-        if (tile < 0) break;
-        const int m0 = tile_m0(tiles, tile);
-        const int k0 = tile_k0(tiles, tile);
-        const u8* tile_codes = smem + stage * STAGE_BYTES;
+    consume_tiles(cta, [&](int i, int stage, int m0, int k0) {
+        const u8* tile_codes = cta.smem + stage * STAGE_BYTES;
         u32 codes[ITEMS];
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
@@ -72,7 +60,7 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
             codes[it] = ld_shared_u32(tile_codes + (byte & ~3)) >> (8 * (byte & 3));
         }
         // The codes are in registers: the producer may refill the stage.
-        ring_release(ring, stage);
+        ring_release(cta.ring, stage);
 
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
@@ -87,5 +75,5 @@ fp4q_dequantize_tma(const __grid_constant__ TensorMap q_map,
                 st_global_v4(out + (static_cast<i64>(row) * cols + col) * (16 / UNIT), w[0], w[1], w[2], w[3]);
             }
         }
-    }
+    });
 }

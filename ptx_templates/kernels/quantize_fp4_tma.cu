@@ -66,16 +66,9 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                         const __grid_constant__ TensorMap q_map,
                         const __grid_constant__ TensorMap sf_map,
                         u8* __restrict__ sf_linear,
-                        float tensor_sf_value,
-                        const float* __restrict__ tensor_sf_ptr,
-                        i32 rows, i32 cols,
-                        u32* __restrict__ tickets) {
-    extern __shared__ u8 smem_raw[];
-    u8* smem = align_smem<1024>(smem_raw);
+                        FP4Q_TMA_TAIL_PARAMS) {
+    const TmaCta cta = tma_cta_setup<1024>(rows, cols);
     const int groups = cols / SF_VEC;
-    const Tiles tiles = tiles_of(rows, cols);
-    const Ring ring = ring_init(smem + OFF_BARRIERS);
-    int* stage_tiles = reinterpret_cast<int*>(smem + OFF_TILES);
 
     if (threadIdx.x < 128) {
 // A preprocessor guard: PRODUCER_REGS and CONSUMER_REGS are only rendered
@@ -85,14 +78,14 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
 #endif
         if (threadIdx.x == 0) {
             prefetch_tensormap(&in_map);
-            produce_tiles(ring, stage_tiles, tiles, tickets, IN_STAGE_BYTES, [&](int stage, int tile) {
-                const int m0 = tile_m0(tiles, tile);
-                const int k0 = tile_k0(tiles, tile);
-                u8* dst = smem + OFF_IN + stage * IN_STAGE_BYTES;
+            produce_tiles(cta.ring, cta.stage_tiles, cta.tiles, tickets, IN_STAGE_BYTES, [&](int stage, int tile) {
+                const int m0 = tile_m0(cta.tiles, tile);
+                const int k0 = tile_k0(cta.tiles, tile);
+                u8* dst = cta.smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
                 for (int b = 0; b < IN_BOXES; ++b) {
                     cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &in_map,
-                                                             k0 + b * IN_BOX_K, m0, &ring.full[stage]);
+                                                             k0 + b * IN_BOX_K, m0, &cta.ring.full[stage]);
                 }
             });
         }
@@ -111,16 +104,11 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
         if constexpr (FP4Q_SF_SWIZZLED) prefetch_tensormap(&sf_map);
     }
 
-    for (int i = 0;; ++i) {
-        const int stage = ring_consume(ring, i);
-        const int tile = stage_tiles[stage];
-        if (tile < 0) break;
-        const int m0 = tile_m0(tiles, tile);
-        const int k0 = tile_k0(tiles, tile);
-        u8* q_tile = smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
-        u8* sf_tile = smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;  // swizzled layout only
+    consume_tiles(cta, [&](int i, int stage, int m0, int k0) {
+        u8* q_tile = cta.smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
+        u8* sf_tile = cta.smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;  // swizzled layout only
 
-        const u8* in = smem + OFF_IN + stage * IN_STAGE_BYTES;
+        const u8* in = cta.smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int item = it * CONSUMER_THREADS + ctid;
@@ -152,7 +140,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                 }
             }
         }
-        ring_release(ring, stage);
+        ring_release(cta.ring, stage);
         fence_proxy_async_shared_cta();
         if (ctid == 0) {
             // The output buffer written next iteration was last stored
@@ -171,6 +159,6 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             }
             cp_async_bulk_commit_group();
         }
-    }
+    });
     if (ctid == 0) cp_async_bulk_wait_group<0>();
 }

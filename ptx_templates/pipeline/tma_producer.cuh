@@ -1,7 +1,9 @@
-// The producer of both TMA kernels: one thread walks the CTA's tiles in the
-// order next_tile() gives, arms each tile's ring stage and issues its loads.
-// The including kernel defines TILE_M, TILE_K, NUM_STAGES and
-// CONSUMER_THREADS.
+// What both TMA kernels share: their CTA's setup; the producer, one
+// thread that walks the CTA's tiles in the order next_tile() gives, arms
+// each tile's ring stage and issues its loads; the consumers' walk over
+// the same tiles. The including kernel defines
+// TILE_M, TILE_K, NUM_STAGES, CONSUMER_THREADS, and the shared-memory
+// offsets OFF_BARRIERS and OFF_TILES.
 #pragma once
 #include "pipeline/pdl.cuh"
 #include "pipeline/tile_order.cuh"
@@ -12,6 +14,29 @@
 template <u64 ALIGN>
 FP4Q_DEVICE u8* align_smem(u8* smem_raw) {
     return reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + (ALIGN - 1)) & ~(ALIGN - 1));
+}
+
+// The parameters every TMA kernel ends with: the tensor scale (by value or
+// by pointer), the problem's shape, the tile counter (null: static order).
+#define FP4Q_TMA_TAIL_PARAMS                                                                  \
+    float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, i32 rows, i32 cols, \
+        u32* __restrict__ tickets
+
+// A TMA kernel's CTA: its dynamic shared memory (aligned), the tiles of the
+// problem, the ring's barriers and the tile number each stage holds.
+struct TmaCta {
+    u8* smem;
+    Tiles tiles;
+    Ring ring;
+    int* stage_tiles;
+};
+
+template <u64 ALIGN>
+FP4Q_DEVICE TmaCta tma_cta_setup(int rows, int cols) {
+    extern __shared__ u8 smem_raw[];
+    u8* smem = align_smem<ALIGN>(smem_raw);
+    return TmaCta{smem, tiles_of(rows, cols), ring_init(smem + OFF_BARRIERS),
+                  reinterpret_cast<int*>(smem + OFF_TILES)};
 }
 
 // `load_stage(stage, tile)` issues the TMA loads of `tile` into `stage`,
@@ -31,4 +56,17 @@ FP4Q_DEVICE void produce_tiles(const Ring& ring, int* stage_tiles, const Tiles& 
     tickets_retire(tickets);
     pdl_launch_dependents();
     ring_close(ring, stage_tiles, i);
+}
+
+// The consumers' side: `consume(i, stage, m0, k0)` for the CTA's i-th tile,
+// whose first row and column are m0 and k0, once ring stage `stage` holds
+// it; `consume` releases the stage as soon as it has read it out.
+template <typename Consume>
+FP4Q_DEVICE void consume_tiles(const TmaCta& cta, Consume consume) {
+    for (int i = 0;; ++i) {
+        const int stage = ring_consume(cta.ring, i);
+        const int tile = cta.stage_tiles[stage];
+        if (tile < 0) return;
+        consume(i, stage, tile_m0(cta.tiles, tile), tile_k0(cta.tiles, tile));
+    }
 }
