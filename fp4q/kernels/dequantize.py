@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .archs import check_arch, check_fits_sm
 from .quantize import SF_LAYOUTS
-from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, params, simt_spec
+from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, WarpSpecialized, params, simt_spec
 from .rules import align_up, check_bool, check_choice, check_even_split, check_int, require
 
 FORMATS = ("nvfp4", "mxfp4")
@@ -90,7 +90,7 @@ class _CallFormat:
 
 
 @dataclass(frozen=True)
-class DequantizeConfig(_CallFormat):
+class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, groups="consumer_warps"):
     """One TMA dequantization kernel.
 
     A tile is ``tile_m`` rows x ``tile_k`` elements, loaded by TMA as one box
@@ -128,14 +128,6 @@ class DequantizeConfig(_CallFormat):
             f"{MAX_UNITS_PER_THREAD} (each holds its codes in a register): use a smaller tile or more consumer_warps",
         )
         check_fits_sm(self)
-
-    @property
-    def consumer_threads(self) -> int:
-        return self.consumer_warps * WARP
-
-    @property
-    def threads(self) -> int:
-        return WARP + self.consumer_threads
 
     @property
     def q_box(self) -> tuple[int, int]:

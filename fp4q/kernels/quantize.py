@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
-from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, params, simt_spec
+from .spec import (MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
+                   simt_spec)
 
 WARPGROUP = 128
 SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
@@ -77,7 +78,7 @@ class SmemLayout:
 
 
 @dataclass(frozen=True)
-class QuantizeConfig:
+class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, groups="consumer_warpgroups"):
     """One TMA quantization kernel.
 
     The input tile is ``tile_m x tile_k`` bf16 elements, loaded as boxes of
@@ -151,14 +152,6 @@ class QuantizeConfig:
         check_fits_sm(self)
 
     # ------------------------------------------------------------ derived
-    @property
-    def consumer_threads(self) -> int:
-        return self.consumer_warpgroups * WARPGROUP
-
-    @property
-    def threads(self) -> int:
-        return WARPGROUP + self.consumer_threads
-
     @property
     def scales_box(self) -> tuple[int, int, int, int]:
         """TMA box of the swizzled scales, outer dimension first: the tile's whole slice of them

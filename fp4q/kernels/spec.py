@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 MAX_BOX_DIM = 256  # TMA: elements per box dimension
 
@@ -99,6 +100,32 @@ class MapBox:
     box: tuple[int, ...]
     swizzle: Swizzle = Swizzle.NONE
     l2_promotion: int = 0
+
+
+class WarpSpecialized:
+    """The threads of a warp-specialized (TMA) kernel's config: a producer of
+    ``producer`` threads that issues the loads, then consumer groups of
+    ``group`` threads each, as many as the config field ``groups`` says. A
+    config class names the three in its class statement:
+    ``class C(WarpSpecialized, producer=128, group=128, groups="consumer_warpgroups")``."""
+
+    PRODUCER_THREADS: ClassVar[int]
+    CONSUMER_GROUP_THREADS: ClassVar[int]
+    CONSUMER_GROUPS: ClassVar[str]
+
+    def __init_subclass__(cls, producer: int | None = None, group: int | None = None, groups: str | None = None,
+                          **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if producer is not None:  # else inherited
+            cls.PRODUCER_THREADS, cls.CONSUMER_GROUP_THREADS, cls.CONSUMER_GROUPS = producer, group, groups
+
+    @property
+    def consumer_threads(self) -> int:
+        return getattr(self, self.CONSUMER_GROUPS) * self.CONSUMER_GROUP_THREADS
+
+    @property
+    def threads(self) -> int:
+        return self.PRODUCER_THREADS + self.consumer_threads
 
 
 @dataclass(frozen=True)
