@@ -177,14 +177,15 @@ def test_shipped_configs_are_valid_defaults(name):
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_dequantize_variants_are_in_all_variants(arch):
     variants = dequantize_variants(arch)
-    # every config on a target with TMA (all fit), only the plain kernel without
-    bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else 1
+    # every config on a target with TMA (all fit), only the plain kernel and its vector form without
+    bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else 2
     assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: no modes
     everything = all_variants(arch)
     for name, cfg in variants.items():
         assert everything[name] == cfg and cfg.arch == arch
     assert len(set(variants.values())) == len(variants)
     assert DequantizeSimtConfig(arch=arch) in variants.values()
+    assert DequantizeSimtConfig(arch=arch, vector=True) in variants.values()
     if ARCHS[arch].features.tma:
         assert DequantizeConfig(arch=arch) in variants.values()
 

@@ -843,8 +843,9 @@ def test_put_bounded_evicts_the_oldest_first():
 
 
 # ------------------------------------------------------------------------------------- dequantize, global scale
-@pytest.mark.parametrize("m, k, tma", [(4096, 512, True), (16, 256, False), (64, 80, False)])
+@pytest.mark.parametrize("m, k, tma", [(4096, 512, True), (4096, 512, False), (16, 256, False), (64, 80, False)])
 def test_dequantize_launches(gpu, m, k, tma):
+    # Without a config, aligned buffers take the vector kernel at any size; the TMA kernel runs when passed.
     from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
     from fp4q.ops.dequantize import dequantize_nvfp4
 
@@ -852,9 +853,10 @@ def test_dequantize_launches(gpu, m, k, tma):
     q = cp.array((m, k // 2), np.uint8)
     sf = swizzled(cp, m, k)
     tsf = cp.array((), np.float32)
+    config = DequantizeConfig() if tma else None
     for _ in range(2):
         before = len(gpu.launches)
-        y = dequantize_nvfp4(q, sf, tsf, dtype="float32")
+        y = dequantize_nvfp4(q, sf, tsf, dtype="float32", config=config)
         (launch,) = gpu.launches[before:]
         assert y.shape == (m, k) and y.dtype == np.float32
         args = dict(sf=sf.data.ptr, out=y.data.ptr, tensor_sf_value=0.0, tensor_sf_ptr=tsf.data.ptr, rows=m, cols=k)
@@ -867,12 +869,37 @@ def test_dequantize_launches(gpu, m, k, tma):
                         tickets=FakeDriver.counter_for(None, None, 0) if grid < tiles else 0)
             assert launch["spec"] == cfg.spec
         else:
-            cfg = DequantizeSimtConfig(out_dtype="float32", tensor_sf_mode="pointer")
+            # aligned, contiguous q and out: the vector form
+            cfg = DequantizeSimtConfig(out_dtype="float32", tensor_sf_mode="pointer", vector=True)
             grid = max(1, min(math.ceil(m * k // cfg.unit / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
             args.update(q=q.data.ptr, q_row_stride=k // 2)
             assert launch["spec"] == cfg.spec
         assert launch["args"] == args and launch["grid"] == (grid, 1, 1) and launch["pdl"]
     assert len(plans.plans) == 1
+
+
+def test_dequantize_pointers_pick_the_plain_or_the_vector_kernel(gpu):
+    from fp4q.kernels.dequantize import DequantizeSimtConfig
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    m, k = 16, 256
+    sf = swizzled(cp, m, k)
+    aligned = cp.array((m, k // 2), np.uint8)
+    shifted = FakeArray((m, k // 2), np.uint8, aligned.data.ptr + 4096 + 4)  # 4-byte but not 16-byte aligned
+    kinds = []
+    for q in (aligned, shifted, aligned):
+        before = len(gpu.launches)
+        dequantize_nvfp4(q, sf, 1.0)
+        (launch,) = gpu.launches[before:]
+        kinds.append(launch["spec"] == DequantizeSimtConfig(vector=True).spec)
+    # The launch is chosen per 16-byte alignment (the launch's key), so a pointer that the vector
+    # kernel could serve but that is not 16-byte aligned takes the plain kernel.
+    assert kinds == [True, False, True]
+    with pytest.raises(ValueError, match="config is a vector DequantizeSimtConfig, but it cannot serve this call: "
+                                         "q's base address 0x[0-9a-f]+ is not 4-byte aligned"):
+        dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, aligned.data.ptr + 4096 + 2), sf, 1.0,
+                         config=DequantizeSimtConfig(vector=True))
 
 
 def test_dequantize_rules_after_a_plan_exists(gpu):

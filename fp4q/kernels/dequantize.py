@@ -164,17 +164,25 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
 
 @dataclass(frozen=True)
 class DequantizeSimtConfig(_CallFormat):
-    """The dequantization kernel without TMA, for shapes and pointers TMA cannot address."""
+    """The dequantization kernel without TMA: a thread per 16-byte unit of output.
+
+    ``vector=True``: one load of a unit's codes and one 16-byte store, which
+    needs q's base and row stride 4-byte aligned and out's base 16-byte
+    aligned; the kernel for small inputs. ``vector=False``: byte loads and
+    element stores, for any shape and pointer TMA cannot address."""
 
     threads: int = 256
+    vector: bool = False
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
+        check_bool("vector", self.vector)
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), dequantize_flags(self),
+        flags = dequantize_flags(self) + (("FP4Q_VECTOR", self.vector),)
+        return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          SIMT_DEQUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
     def replace(self, **changes) -> "DequantizeSimtConfig":

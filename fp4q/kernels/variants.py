@@ -72,7 +72,7 @@ SIMT: dict[str, SimtConfig] = {
 
 
 # Dequantization: the default TMA config, one per axis (tile shape, stages,
-# warps, CTAs per SM, persistence) and the plain kernel. Each is compiled for
+# warps, CTAs per SM, persistence), the plain kernel and its vector form. Each is compiled for
 # both formats, both output dtypes, both scale layouts and every tensor_sf
 # mode of its format.
 DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
@@ -80,6 +80,7 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
     "dq_m32_k256_s4_w8_3cta": DequantizeConfig(tile_m=32, tile_k=256, min_ctas_per_sm=3),
     "dq_m128_k32_s8_w4_tile_per_cta": DequantizeConfig(tile_k=32, num_stages=8, consumer_warps=4, persistent=False),
     "dq_simt_256": DequantizeSimtConfig(),
+    "dq_vec_256": DequantizeSimtConfig(vector=True),
 }
 
 # The global scale's two passes (the amax pass per input dtype and load width), and the

@@ -1,10 +1,12 @@
 """Dequantization on the device: NVFP4 or MXFP4 codes and scales back to
 bf16 or float32 values, bit-exact to ``fp4q.reference``.
 
-The TMA kernel serves every call whose packed rows, base addresses and row
-stride are 16-byte aligned (``K % 32 == 0``) once the output has at least
-``SIMT_MAX_ELEMENTS`` elements; the plain kernel, with the same numerics,
-serves the rest. The rules run in the documented order (``q``, ``sf``,
+Without a config, a call whose ``q`` and ``out`` base addresses are 16-byte
+aligned (and ``q``'s row stride 4-byte aligned) takes the vector form of the
+kernel without TMA (a load of a unit's codes, one 16-byte store) at any
+size: on the H200 it beat the TMA kernel at every measured shape, 1x4096 to
+8192x8192 (``docs/performance.md``). Other pointers take the plain kernel,
+with the same numerics; the TMA kernel runs when its config is passed. The rules run in the documented order (``q``, ``sf``,
 ``tensor_sf``, ``stream``, ``out``, ``pdl``, ``config``), those on ``q``
 once per kind of call.
 """
@@ -16,7 +18,6 @@ import threading
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
-from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
 from .arrays import (
@@ -36,12 +37,6 @@ from .arrays import (
 from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
-
-# Outputs of fewer elements than this take the plain kernel when no config is
-# given: on the H200 it beat every shipped TMA config by 0.7 to 1.5 us up to
-# 2**19 elements, and lost from 2**20 on (docs/sweep_h200_dequantize*.csv).
-SIMT_MAX_ELEMENTS = 1 << 20
-
 
 class _Plan:
     __slots__ = ("config", "view", "sf_shape", "sf_bytes", "sf_dtypes", "y_shape", "y_bytes", "y_dtypes", "launches",
@@ -67,17 +62,28 @@ def output_shapes(view: RowsView, fmt: str, sf_layout: str) -> tuple[tuple, tupl
     return sf_shape(view.lead_shape, view.rows, cols // GROUP_SIZE[fmt], sf_layout), view.lead_shape + (cols,)
 
 
+def _alignment_obstacle(view: RowsView, q_ptr: int, y_ptr: int, q_align: int) -> str | None:
+    """Why a kernel that needs q's base and row stride ``q_align``-byte aligned and out's base
+    16-byte aligned cannot serve this call, or None."""
+    if q_ptr % q_align:
+        return f"q's base address {q_ptr:#x} is not {q_align}-byte aligned"
+    if view.row_stride % q_align:
+        return f"q's row stride of {view.row_stride} bytes is not a multiple of {q_align}"
+    if y_ptr % 16:
+        return f"out's base address {y_ptr:#x} is not 16-byte aligned"
+    return None
+
+
 def _tma_obstacle(view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
     """Why the TMA kernel cannot serve this call, or None when it can."""
     if view.width % 16:
         return f"K={2 * view.width} is not a multiple of 32, so a row of q is not a multiple of 16 bytes"
-    if q_ptr % 16:
-        return f"q's base address {q_ptr:#x} is not 16-byte aligned"
-    if view.row_stride % 16:
-        return f"q's row stride of {view.row_stride} bytes is not a multiple of 16"
-    if y_ptr % 16:
-        return f"out's base address {y_ptr:#x} is not 16-byte aligned"
-    return None
+    return _alignment_obstacle(view, q_ptr, y_ptr, 16)
+
+
+def _vector_obstacle(view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
+    """Why the vector kernel (a load of a unit's codes, a 16-byte store) cannot serve this call, or None."""
+    return _alignment_obstacle(view, q_ptr, y_ptr, 4)
 
 
 def check_config_type(config) -> None:
@@ -88,17 +94,21 @@ def check_config_type(config) -> None:
 
 
 def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
-    obstacle = _tma_obstacle(view, q_ptr, y_ptr)
     if isinstance(config, DequantizeSimtConfig):
+        vector_obstacle = _vector_obstacle(view, q_ptr, y_ptr) if config.vector else None
+        if vector_obstacle is not None:
+            raise ValueError(f"config is a vector DequantizeSimtConfig, but it cannot serve this call: "
+                             f"{vector_obstacle}")
         return config.replace(**call)
     if isinstance(config, DequantizeConfig):
+        obstacle = _tma_obstacle(view, q_ptr, y_ptr)
         if obstacle is not None:
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
-    small = view.rows * 2 * view.width < SIMT_MAX_ELEMENTS
-    if obstacle is not None or small or not target(call["arch"]).features.tma:
-        return DequantizeSimtConfig(**call)
-    return DequantizeConfig(**call)
+    # The choice depends on the pointers only through their 16-byte alignment (part of the
+    # launch's key) and on the row stride (part of the plan's).
+    vector = q_ptr % 16 == 0 and y_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
+    return DequantizeSimtConfig(vector=vector, **call)
 
 
 # What each kernel takes per call, in the order the call passes it (the launch checks the names).

@@ -8,7 +8,19 @@ FP4Q_DEVICE float ld_global_f32(const float* p) {
     return v;
 }
 
-// Read-only (non-coherent) 16-byte load, for inputs no thread of the grid writes.
+// Read-only (non-coherent) loads, for inputs no thread of the grid writes.
+FP4Q_DEVICE u32 ld_global_nc_u16(const void* p) {
+    u16 v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+FP4Q_DEVICE u32 ld_global_nc_u32(const void* p) {
+    u32 v;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
 FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
