@@ -878,6 +878,20 @@ def test_dequantize_launches(gpu, m, k, tma):
     assert len(plans.plans) == 1
 
 
+def test_dequantize_takes_tma_from_vector_max_elements(gpu):
+    from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+    from fp4q.ops.dequantize import VECTOR_MAX_ELEMENTS, dequantize_nvfp4
+
+    cp = gpu.cupy
+    k = 8192
+    for m, expected in ((VECTOR_MAX_ELEMENTS // k - 1, DequantizeSimtConfig(vector=True)),
+                        (VECTOR_MAX_ELEMENTS // k, DequantizeConfig())):
+        before = len(gpu.launches)
+        dequantize_nvfp4(cp.array((m, k // 2), np.uint8), swizzled(cp, m, k), 1.0)
+        (launch,) = gpu.launches[before:]
+        assert launch["spec"] == expected.spec
+
+
 def test_dequantize_pointers_pick_the_plain_or_the_vector_kernel(gpu):
     from fp4q.kernels.dequantize import DequantizeSimtConfig
     from fp4q.ops.dequantize import dequantize_nvfp4

@@ -3,10 +3,10 @@ bf16 or float32 values, bit-exact to ``fp4q.reference``.
 
 Without a config, a call whose ``q`` and ``out`` base addresses are 16-byte
 aligned (and ``q``'s row stride 4-byte aligned) takes the vector form of the
-kernel without TMA (a load of a unit's codes, one 16-byte store) at any
-size: on the H200 it beat the TMA kernel at every measured shape, 1x4096 to
-8192x8192 (``docs/performance.md``). Other pointers take the plain kernel,
-with the same numerics; the TMA kernel runs when its config is passed. The rules run in the documented order (``q``, ``sf``,
+kernel without TMA (a load of a unit's codes, one 16-byte store) below
+``VECTOR_MAX_ELEMENTS`` output elements and the TMA kernel from there on
+(where TMA can address the rows); other pointers take the plain kernel,
+with the same numerics. The rules run in the documented order (``q``, ``sf``,
 ``tensor_sf``, ``stream``, ``out``, ``pdl``, ``config``), those on ``q``
 once per kind of call.
 """
@@ -18,6 +18,7 @@ import threading
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
+from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
 from .arrays import (
@@ -37,6 +38,12 @@ from .arrays import (
 from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
+
+# Outputs of at least this many elements take the TMA kernel when no config is given and
+# the pointers allow it: on the H200 the vector kernel won up to 8192x8192 (2**26) and lost
+# from 8192x16384 (2**27: 1.21x against 1.20x of a copy; 16384x16384: 1.25x against 1.18x).
+VECTOR_MAX_ELEMENTS = 1 << 27
+
 
 class _Plan:
     __slots__ = ("config", "view", "sf_shape", "sf_bytes", "sf_dtypes", "y_shape", "y_bytes", "y_dtypes", "launches",
@@ -106,8 +113,11 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
     # The choice depends on the pointers only through their 16-byte alignment (part of the
-    # launch's key) and on the row stride (part of the plan's).
+    # launch's key) and on the row stride and K (part of the plan's).
     vector = q_ptr % 16 == 0 and y_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
+    if (vector and view.rows * 2 * view.width >= VECTOR_MAX_ELEMENTS and target(call["arch"]).features.tma
+            and _tma_obstacle(view, q_ptr, y_ptr) is None):
+        return DequantizeConfig(**call)
     return DequantizeSimtConfig(vector=vector, **call)
 
 
