@@ -11,7 +11,7 @@ import fp4q
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
 from fp4q.jit.compiler import CompileError, JitDisabledError, NvrtcError, compile_source, kernel_key
-from fp4q.jit.precompile import OPS, op_of, precompile, variants
+from fp4q.jit.precompile import OPS, precompile, variants
 from fp4q.jit.render import KernelSource, render
 from fp4q.kernels.archs import ARCHS, ALL_TARGETS
 from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
@@ -81,9 +81,9 @@ def test_variants_default_to_every_target_and_op():
     everything = variants()
     assert {v.arch for v in everything} == set(ARCHS)
     assert len(everything) == sum(len(all_variants(a)) for a in ARCHS)
-    assert {op_of(v.config) for v in everything} == set(OPS)
+    assert {v.config.op for v in everything} == set(OPS)
     assert {v.arch for v in variants("sm_80,sm_120f", ["mxfp4"])} == {"sm_80", "sm_120f"}
-    assert {op_of(v.config) for v in variants(None, "quantize,dequantize")} == {"quantize", "dequantize"}
+    assert {v.config.op for v in variants(None, "quantize,dequantize")} == {"quantize", "dequantize"}
     with pytest.raises(ConfigError):
         variants(["sm_75"])
 

@@ -17,9 +17,6 @@ import time
 from dataclasses import dataclass, field
 
 from ..kernels.archs import ARCHS
-from ..kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
-from ..kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
-from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.rules import check_choice
 from ..kernels.variants import all_variants
 from .cache import BinaryCache
@@ -27,19 +24,6 @@ from .compiler import CompileError, compile_source, kernel_key, unpack_cubin
 from .render import render
 
 OPS = ("quantize", "mxfp4", "dequantize", "global_scale")
-
-
-def op_of(config) -> str:
-    """Which public operation a config serves (the ``--ops`` names)."""
-    if isinstance(config, FusedDynamicConfig):  # quantize_nvfp4(x, "dynamic") in one launch
-        return "quantize"
-    if isinstance(config, (QuantizeConfig, SimtConfig)):
-        return "quantize" if config.sf_vec_size == 16 else "mxfp4"
-    if isinstance(config, (DequantizeConfig, DequantizeSimtConfig)):
-        return "dequantize"
-    if isinstance(config, (AmaxConfig, GlobalScaleConfig)):
-        return "global_scale"
-    raise TypeError(f"not an fp4q kernel config: {type(config).__name__}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +84,7 @@ def variants(archs=None, ops=None) -> list[Variant]:
     archs = _parse_list("arch", archs, tuple(ARCHS), tuple(ARCHS))
     ops = _parse_list("ops", ops, OPS, OPS)
     return [Variant(arch, name, cfg) for arch in archs for name, cfg in all_variants(arch).items()
-            if op_of(cfg) in ops]
+            if cfg.op in ops]
 
 
 _worker_cache: BinaryCache | None = None

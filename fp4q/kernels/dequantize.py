@@ -79,6 +79,8 @@ class _CallFormat:
     tensor_sf_mode: str = "value"
     arch: str = "sm_90a"
 
+    op = "dequantize"  # the public operation it serves
+
     @property
     def group_size(self) -> int:
         return GROUP_SIZE[self.fmt]

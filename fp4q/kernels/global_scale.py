@@ -50,6 +50,8 @@ class AmaxConfig:
         return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads),), flags, AMAX_PARAMS, self.threads,
                          StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))
 
+    op = "global_scale"  # the public operation it serves
+
     def replace(self, **changes) -> "AmaxConfig":
         return dataclasses.replace(self, **changes)
 
@@ -69,6 +71,8 @@ class GlobalScaleConfig:
     def spec(self) -> KernelSpec:
         return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),), (), GLOBAL_SCALE_PARAMS,
                          self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
+
+    op = "global_scale"  # the public operation it serves
 
     def replace(self, **changes) -> "GlobalScaleConfig":
         return dataclasses.replace(self, **changes)
@@ -109,6 +113,8 @@ class FusedDynamicConfig:
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         return self.vector.work_items(rows, cols, swizzled)
+
+    op = "quantize"  # the public operation it serves (quantize_nvfp4(x, 'dynamic'))
 
     def replace(self, **changes) -> "FusedDynamicConfig":
         return dataclasses.replace(self, **changes)

@@ -39,6 +39,11 @@ SIMT_QUANTIZE_PARAMS = params(
 )
 
 
+def quantize_op(sf_vec_size: int) -> str:
+    """The public operation a quantize kernel of this group size serves."""
+    return "quantize" if sf_vec_size == 16 else "mxfp4"
+
+
 def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
     """The feature flags every quantize kernel takes from its call: all of them for
     every config, since both branches of an ``if constexpr`` are compiled."""
@@ -210,6 +215,11 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
             ),
         )
 
+    @property
+    def op(self) -> str:
+        """The public operation this kernel serves (``python -m fp4q precompile --ops``)."""
+        return quantize_op(self.sf_vec_size)
+
     def replace(self, **changes) -> "QuantizeConfig":
         return dataclasses.replace(self, **changes)
 
@@ -273,6 +283,10 @@ class SimtConfig:
         # A thread per vector_elements elements; zero-scale words of the padding rows are shared out too.
         padding_words = (padded_rows - rows) * domain_groups // 4
         return max(rows * domain_groups * (self.sf_vec_size // self.vector_elements), padding_words)
+
+    @property
+    def op(self) -> str:
+        return quantize_op(self.sf_vec_size)
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)
