@@ -987,8 +987,11 @@ def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch
     cp = gpu.cupy
     expected = ["fp4q_amax", "fp4q_global_scale"]
     # An explicit config, a misaligned input, a stream being captured (no counter).
-    _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096)), config=SimtConfig(vector=True))
+    _, _, scale, names, launches = _dynamic_call(gpu, cp.array((16, 4096)), config=SimtConfig(vector=True))
     assert names == expected + ["fp4q_quantize_fp4_vector"]
+    # The quantize kernel reads the scale the second pass wrote, by pointer.
+    assert launches[2]["args"]["tensor_sf_ptr"] == scale.data.ptr and launches[2]["spec"].name.endswith("vector")
+    assert dict(launches[2]["spec"].flags)["FP4Q_TENSOR_SF_BY_POINTER"]
     _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096), offset=2))
     assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and names[2] == "fp4q_quantize_fp4_simt"
     monkeypatch.setattr(launch_module, "counter_for", lambda dev, stream: 0)

@@ -28,6 +28,7 @@ from .arrays import (
     check_buffer,
     check_choice,
     check_pdl,
+    device_scale,
     rows_view,
     sf_shape,
     tensor_scale,
@@ -178,22 +179,21 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
 
 
-def _dynamic(x, plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout, stream, config, pdl, outputs):
-    """``tensor_sf="dynamic"``: one launch that computes the scale and quantizes
-    (FusedDynamicConfig) where it applies, else ``global_scale`` then the quantize
-    kernel. Returns ``(q, sf, scale)``."""
-    launch = sync = None
-    if config is None and aligned and not plan.empty:
-        launch = plan.launches.get(("dynamic", True))
-        if launch is None:
-            launch = _fused_dynamic_launch(plan, sf_layout, driver.device(plan.device))
-            with plan.lock:
-                plan.launches[("dynamic", True)] = launch
-        # No counter while the stream is captured into a graph: two passes then.
-        sync = launch.tickets(handle) if launch is not TWO_PASS else 0
+def _fused_dynamic(plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout, config, pdl, outputs):
+    """``tensor_sf="dynamic"`` in one launch that computes the scale and quantizes
+    (FusedDynamicConfig), returning ``(q, sf, scale)``; None where it does not apply
+    (an explicit config, unaligned pointers, an empty or large input, stream capture)."""
+    if config is not None or not aligned or plan.empty:
+        return None
+    launch = plan.launches.get(("dynamic", True))
+    if launch is None:
+        launch = _fused_dynamic_launch(plan, sf_layout, driver.device(plan.device))
+        with plan.lock:
+            plan.launches[("dynamic", True)] = launch
+    # No counter while the stream is captured into a graph: two passes then.
+    sync = launch.tickets(handle) if launch is not TWO_PASS else 0
     if not sync:
-        scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
-        return (*quantize(x, scale, sf_layout, q.obj, sf.obj, stream, config, pdl, NVFP4, outputs), scale)
+        return None
     scale = outputs("scale", (), plan.device, handle)
     launch(handle, pdl, (xa.ptr, plan.row_stride, q.ptr, sf.ptr, scale.ptr, plan.rows, plan.cols, sync))
     return q.obj, sf.obj, scale.obj
@@ -231,10 +231,16 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         check_config_type(config, fmt)
     sf_ptr = sf.ptr
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
+    dynamic_scale = None
     if tensor_sf is DYNAMIC:
-        return _dynamic(x, plan, xa, q, sf, aligned, handle, sf_layout, stream, config, pdl, outputs)
+        done = _fused_dynamic(plan, xa, q, sf, aligned, handle, sf_layout, config, pdl, outputs)
+        if done is not None:
+            return done
+        # Two passes: the global scale on the device, then the quantize kernel reading it.
+        dynamic_scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
+        mode, value, scale_ptr = device_scale(as_operand(dynamic_scale, "tensor_sf"), device)
     if plan.empty:
-        return q.obj, sf.obj
+        return (q.obj, sf.obj) if dynamic_scale is None else (q.obj, sf.obj, dynamic_scale)
     launch = plan.launches.get((mode, aligned))
     if launch is None:
         dev = driver.device(device)
@@ -247,7 +253,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
         launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, value, scale_ptr, plan.rows, plan.cols))
-    return q.obj, sf.obj
+    return (q.obj, sf.obj) if dynamic_scale is None else (q.obj, sf.obj, dynamic_scale)
 
 
 def check_dynamic(tensor_sf: str) -> None:
