@@ -179,6 +179,7 @@ class Launcher:
         if self.order is not None:
             values = [values[i] for i in self.order]
         if map_pointers:
+            # objects: held until the driver has copied the maps, should another thread evict the entry.
             addresses, objects = self._maps.get(map_pointers) or self.maps(map_pointers)
             pack(*values, *addresses)
         else:

@@ -22,7 +22,6 @@ from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
 from .arrays import (
-    NO_TENSOR_SCALE,
     Q_DTYPES,
     SF_DTYPES,
     VALUE_DTYPES,
@@ -38,6 +37,9 @@ from .arrays import (
 from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
+
+# MXFP4 has no tensor scale: its kernels' tensor_sf mode is "none".
+MXFP4_SCALE = ("none", 0.0, 0)
 
 # Outputs of at least this many elements take the TMA kernel when no config is given and
 # the pointers allow it: on the H200 the vector kernel won up to 8192x8192 (2**26) and lost
@@ -148,7 +150,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     view = plan.view
     q_span = view.span(qa.ptr)
     sfa = check_buffer(sf, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
-    mode, value, scale_ptr = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE
+    mode, value, scale_ptr = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else MXFP4_SCALE
     handle = stream_handle(stream, qa)
     if out is None:
         y = outputs(dtype, plan.y_shape, view.device, handle)
@@ -160,8 +162,6 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         check_config_type(config)
     if view.empty:
         return y.obj
-    if fmt != "nvfp4":
-        mode = "none"
     aligned = not ((qa.ptr | y.ptr) & 15)
     launch = plan.launches.get((mode, aligned))
     if launch is None:

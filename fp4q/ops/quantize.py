@@ -316,7 +316,7 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         check_choice("mode", mode, tuple(MXFP4))
     spec_format = NVFP4 if fmt == "nvfp4" else MXFP4[mode]
     view = input_view(as_operand(x, "x"), spec_format)
-    mode = (tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
+    scale_mode = (tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
     check_config_type(config, spec_format)
     if view.empty:
         return None
@@ -325,5 +325,5 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         if buf is not None:
             pointers[i] = as_operand(buf, name).ptr
     arch = driver.device(view.device).arch
-    return resolve_config(config, view, tuple(pointers), sf_layout, mode, arch, spec_format)
+    return resolve_config(config, view, tuple(pointers), sf_layout, scale_mode, arch, spec_format)
 
