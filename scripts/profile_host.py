@@ -39,6 +39,7 @@ def floors() -> None:
 
     import fp4q
     import fp4q.torch  # noqa: F401 - registers torch.ops.fp4q
+    from fp4q.cuda.driver import device
     from fp4q.jit.loader import get_kernel
     from fp4q.ops.plans import KernelLaunch
     from fp4q.ops.quantize import SIMT_ARGS
@@ -64,9 +65,11 @@ def floors() -> None:
     lib.define(f"allocate{schema} -> (Tensor, Tensor)")
     lib.impl("allocate", allocate, "CUDA")
     op = torch.ops.fp4q.quantize_nvfp4
-    # The SIMT vector kernel (what 16x4096 runs on sm_90a), launched as the call path launches it.
-    vector = fp4q.SimtConfig(threads=128, vector=True, arch=fp4q.config_for(xt, 1.0).arch)
-    launch = KernelLaunch(vector, get_kernel(vector.spec, 0), 64, SIMT_ARGS)  # 16 * 4096 / 8 / 128 CTAs
+    # The kernel a call at this shape runs (the vector kernel), with the call path's grid.
+    vector = fp4q.config_for(xt, 1.0)
+    kernel = get_kernel(vector.spec, 0)
+    grid = vector.spec.grid.size(vector.work_items(16, 4096, True), device(0).sm_count, kernel.ctas_per_sm)
+    launch = KernelLaunch(vector, kernel, grid, SIMT_ARGS)
     stream = torch.cuda.current_stream(dev).cuda_stream
     rows = [
         ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
