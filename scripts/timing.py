@@ -30,14 +30,43 @@ class Timing:
     host_bound: bool = False  # the spin ended before a chunk was queued: host time may show as device time
 
 
-_flush_buf = None
+FLUSH_PASSES = 2
+
+_flush = None
 
 
 def flush_l2() -> None:
-    global _flush_buf
-    if _flush_buf is None:
-        _flush_buf = cp.empty(L2_FLUSH_BYTES, dtype=cp.uint8)
-    _flush_buf.fill(0)
+    """Evict L2 by reading a buffer far larger than it, FLUSH_PASSES times.
+
+    Reads leave L2 holding clean lines, so the timed kernel never pays for
+    writing back the flush's own data. Two passes, not one: after a single
+    pass (of reads or of writes) consecutive repetitions alternated between
+    two L2 states about 0.3 us apart on an H200 (a 5 us kernel), so a
+    contender's median depended on the parity of the repetitions measured
+    before it; with two passes per repetition the alternation is gone.
+    """
+    global _flush
+    if _flush is None:
+        kernel = cp.RawKernel(
+            r"""
+            extern "C" __global__ void fp4q_read_flush(const uint4* p, unsigned long long n, unsigned* sink) {
+                unsigned acc = 0;
+                for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+                     i += (unsigned long long)gridDim.x * blockDim.x) {
+                    const uint4 v = p[i];
+                    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+                }
+                if (acc == 0x9E3779B9u) *sink = acc;  // a use of every load, never true for zeros
+            }""",
+            "fp4q_read_flush",
+        )
+        buf = cp.zeros(L2_FLUSH_BYTES, dtype=cp.uint8)
+        sink = cp.zeros(1, dtype=cp.uint32)
+        blocks = 4 * cp.cuda.Device().attributes["MultiProcessorCount"]
+        _flush = (kernel, (blocks,), (512,), (buf, cp.uint64(buf.size // 16), sink))
+    kernel, grid, block, args = _flush
+    for _ in range(FLUSH_PASSES):
+        kernel(grid, block, args)
 
 
 _SPIN = None
@@ -62,8 +91,8 @@ def spin(microseconds: float) -> None:
 
 def chunk_size(reps: int, entries: int) -> int:
     """Repetitions queued behind one spin: as many as fit the queue budget (a repetition is ``entries``
-    launches of fn, two events and a flush)."""
-    return max(1, min(reps, QUEUE_BUDGET // (entries + 4)))
+    launches of fn, two events and the flush's launches)."""
+    return max(1, min(reps, QUEUE_BUDGET // (entries + 2 + FLUSH_PASSES)))
 
 
 def spin_us(n: int, host_us: float) -> float:
