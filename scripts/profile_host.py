@@ -70,14 +70,16 @@ def floors() -> None:
     kernel = get_kernel(vector.spec, 0)
     grid = vector.spec.grid.size(vector.work_items(16, 4096, True), device(0).sm_count, kernel.ctas_per_sm)
     launch = KernelLaunch(vector, kernel, grid, SIMT_ARGS)
+    by_name = dict(x=xt.data_ptr(), q=qt.data_ptr(), sf=sft.data_ptr(), x_row_stride=4096, rows=16, cols=4096,
+                   tensor_sf_value=1.0, tensor_sf_ptr=0)
+    values = tuple(by_name[name] for name in SIMT_ARGS)
     stream = torch.cuda.current_stream(dev).cuda_stream
     rows = [
         ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
         ("a custom op that does nothing", lambda: torch.ops.fp4q_floors.nothing.default(xt, 1.0)),
         ("a custom op that allocates q and sf", lambda: torch.ops.fp4q_floors.allocate.default(xt, 1.0)),
         ("q and sf allocated (two torch.empty_strided)", lambda: allocate(xt, 1.0)),
-        ("the kernel's launch (KernelLaunch, cuLaunchKernelEx)", lambda: launch(
-            stream, True, (xt.data_ptr(), 4096, qt.data_ptr(), sft.data_ptr(), 1.0, 0, 16, 4096))),
+        ("the kernel's launch (KernelLaunch, cuLaunchKernelEx)", lambda: launch(stream, True, values)),
         ("torch.ops.fp4q.quantize_nvfp4.default(x, 1.0)", lambda: op.default(xt, 1.0)),
         ("torch.ops.fp4q.quantize_nvfp4(x, 1.0) (overload packet)", lambda: op(xt, 1.0)),
         ("fp4q.quantize_nvfp4 on torch tensors, out= given", lambda: fp4q.quantize_nvfp4(xt, 1.0, out=qt, sf_out=sft)),

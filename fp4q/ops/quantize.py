@@ -143,7 +143,7 @@ def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode
 
 # What each kernel takes per call, in the order the call passes it (the launch checks the names).
 TMA_ARGS = ("sf_linear", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
-SIMT_ARGS = ("x", "x_row_stride", "q", "sf", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols")
+SIMT_ARGS = ("x", "q", "sf", "x_row_stride", "rows", "cols", "tensor_sf_value", "tensor_sf_ptr")
 FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "sync")
 
 # tensor_sf="dynamic" inside the call path: the scale is computed on the device.
@@ -252,7 +252,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         launch(handle, pdl, (0 if plan.swizzled else sf_ptr, value, scale_ptr, plan.rows, plan.cols,
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
-        launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, value, scale_ptr, plan.rows, plan.cols))
+        launch(handle, pdl, (x_ptr, q_ptr, sf_ptr, plan.row_stride, plan.rows, plan.cols, value, scale_ptr))
     return (q.obj, sf.obj) if dynamic_scale is None else (q.obj, sf.obj, dynamic_scale)
 
 

@@ -8,9 +8,9 @@
 #include "pipeline/pdl.cuh"
 #include "ptx/global_memory.cuh"
 
-#define FP4Q_SIMT_QUANTIZE_PARAMS                                                            \
-    const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf, \
-        float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, i32 rows, i32 cols
+#define FP4Q_SIMT_QUANTIZE_PARAMS                                                                 \
+    const u16* __restrict__ x, u8* __restrict__ q, u8* __restrict__ sf, i64 x_row_stride, i32 rows, \
+        i32 cols, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr
 
 // The previous kernel may write x or tensor_sf and still read q and sf: wait
 // for it, then let the next kernel start its own prologue. The tensor scale

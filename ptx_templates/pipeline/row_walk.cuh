@@ -31,6 +31,8 @@ struct RowWalk {
     }
 };
 
-// This thread's index in a 1-D grid and the grid's size in threads.
-FP4Q_DEVICE u32 grid_thread() { return blockIdx.x * blockDim.x + threadIdx.x; }
-FP4Q_DEVICE u32 grid_threads() { return gridDim.x * blockDim.x; }
+// This thread's index in a 1-D grid and the grid's size in threads, for a
+// kernel of SIMT_THREADS threads per CTA (a constant where blockDim.x is one
+// more read of the parameter bank before the first load).
+FP4Q_DEVICE u32 grid_thread() { return blockIdx.x * SIMT_THREADS + threadIdx.x; }
+FP4Q_DEVICE u32 grid_threads() { return gridDim.x * SIMT_THREADS; }
