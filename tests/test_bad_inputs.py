@@ -453,6 +453,18 @@ def test_out_not_contiguous(name, how, path):
 
 
 @gpu
+def test_contiguity_rule_reads_cupys_own_flag():
+    """The output rule reads CuPy's contiguity flag directly; it must say what flags.c_contiguous says."""
+    from fp4q.ops.arrays import c_contiguous
+
+    cp = _cp()
+    base = cp.zeros((8, 64), dtype=cp.uint8)
+    arrays = [base, base.T, base[:, ::2], base[::2], base[:1], base[:1, ::2], base[3:4, 5:37], base[:0],
+              base[:, :0], base.reshape(8, 1, 64)[:, :, 1:], cp.zeros((), dtype=cp.uint8), base.ravel()[5:40]]
+    assert [c_contiguous(a) for a in arrays] == [a.flags.c_contiguous for a in arrays]
+
+
+@gpu
 @pytest.mark.parametrize("name", ["out", "sf_out"])
 def test_out_overlapping_the_input(name, path):
     cp = _cp()

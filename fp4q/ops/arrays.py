@@ -291,7 +291,7 @@ def check_buffer(buf, name: str, shape: tuple, dtypes, device: int, nbytes: int 
         raise ValueError(f"{name} is on device {buf.device} but the input is on device {device}")
     if nbytes is None:
         return buf
-    if not (buf.obj.is_contiguous() if buf.is_torch else buf.obj.flags.c_contiguous):
+    if not (buf.obj.is_contiguous() if buf.is_torch else c_contiguous(buf.obj)):
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(buf.strides)}")
     if nbytes:
         start, end = buf.ptr, buf.ptr + nbytes
@@ -302,6 +302,16 @@ def check_buffer(buf, name: str, shape: tuple, dtypes, device: int, nbytes: int 
                     f"[{start:#x}, {end:#x}), {other} spans [{other_start:#x}, {other_end:#x})"
                 )
     return buf
+
+
+def c_contiguous(a) -> bool:
+    """Whether CuPy array ``a`` is C-contiguous. CuPy keeps the answer as ``_c_contiguous``,
+    which ``flags.c_contiguous`` reads too after building a Flags object (about 0.2 us of
+    a 10 us call on an H200 host); a CuPy without that attribute is asked through ``flags``."""
+    try:
+        return a._c_contiguous
+    except AttributeError:
+        return a.flags.c_contiguous
 
 
 def check_pdl(pdl) -> None:
