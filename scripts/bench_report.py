@@ -43,7 +43,7 @@ def markdown(meta: dict, shapes: list[dict], host: list[dict], first: list[dict]
             f"- device: {meta['device']} ({meta['arch']}, {meta['sm_count']} SMs)", f"- driver: {meta['driver']}",
             "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
             f"- fp4q commit: {meta['commit']}",
-            f"- repetitions: {meta['reps']} (warm-up {meta['warmup']}); median device time; L2 flushed before each",
+            f"- repetitions: {meta['reps']} (warm-up {meta['warmup']}); median device time; L2 flushed before each (two read passes over 256 MB: timing.flush_l2)",
             "",
             "Device time only: every repetition sits between its own CUDA events, behind a spin kernel, so host "
             "launch overhead never counts (host overhead has its own table). `x copy` is time / copy time; "
