@@ -190,7 +190,7 @@ def test_torch_bf16_input_zero_copy():
         bits = (np.random.default_rng(17).standard_normal((256, 1024), dtype=np.float32).view(np.uint32)
                 >> 16).astype(np.uint16)
         t = torch.from_numpy(bits.view(np.int16)).cuda().view(torch.bfloat16)
-        assert fp4q.ops.arrays.as_operand(t, "x").ptr == t.data_ptr(), "the tensor was copied"
+        assert fp4q.ops.arrays.as_operand(t, "x")[fp4q.ops.arrays.PTR] == t.data_ptr(), "the tensor was copied"
         q, sf = fp4q.quantize_nvfp4(t, 2.0)
         cp.cuda.get_current_stream().synchronize()
         q_ref, sf_ref = reference.quantize_nvfp4(bits, 2.0)

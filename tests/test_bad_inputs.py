@@ -452,6 +452,15 @@ def test_out_not_contiguous(name, how, path):
                     call, watch)
 
 
+def test_contiguity_rule_asks_flags_where_cupy_has_no_flag_of_its_own():
+    from types import SimpleNamespace
+
+    from fp4q.ops.arrays import c_contiguous
+
+    for contiguous in (True, False):
+        assert c_contiguous(SimpleNamespace(flags=SimpleNamespace(c_contiguous=contiguous))) is contiguous
+
+
 @gpu
 def test_contiguity_rule_reads_cupys_own_flag():
     """The output rule reads CuPy's contiguity flag directly; it must say what flags.c_contiguous says."""

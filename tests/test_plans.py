@@ -74,6 +74,7 @@ class FakeArray:
             contiguous &= dim <= 1 or stride == step
             step *= dim
         self.flags = types.SimpleNamespace(c_contiguous=contiguous)
+        self._c_contiguous = contiguous  # CuPy's own flag, which the output rule reads
 
     @property
     def device(self):

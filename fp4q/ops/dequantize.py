@@ -28,10 +28,11 @@ from .arrays import (
     RowsView,
     as_operand,
     check_choice,
-    check_buffer,
+    check_operand,
     check_pdl,
     rows_view,
     sf_shape,
+    stride_key,
     tensor_scale,
 )
 from .outputs import cupy_outputs
@@ -143,40 +144,41 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     check_choice("dtype", dtype, OUT_DTYPES)
     qa = as_operand(q, "q")
-    key = ("dequantize", fmt, qa.shape, qa.stride_key, qa.is_torch, qa.dtype, qa.device, sf_layout, dtype, id(config))
+    q_obj, q_ptr, q_shape, q_dtype, device, q_torch = qa
+    key = ("dequantize", fmt, q_shape, stride_key(q_obj, q_torch), q_torch, q_dtype, device, sf_layout, dtype,
+           id(config))
     plan = plans.get(key)
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, codes_view(qa, fmt), fmt, sf_layout, dtype))
     view = plan.view
-    q_span = view.span(qa.ptr)
-    sfa = check_buffer(sf, "sf", plan.sf_shape, plan.sf_dtypes, view.device, plan.sf_bytes)
-    mode, value, scale_ptr = tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else MXFP4_SCALE
-    handle = stream_handle(stream, qa)
+    _, sf_ptr = check_operand(as_operand(sf, "sf"), "sf", plan.sf_shape, plan.sf_dtypes, device, plan.sf_bytes)
+    mode, value, scale_ptr = tensor_scale(tensor_sf, device) if fmt == "nvfp4" else MXFP4_SCALE
+    handle = stream_handle(stream, device, q_torch)
     if out is None:
-        y = outputs(dtype, plan.y_shape, view.device, handle)
+        y, y_ptr = outputs(dtype, plan.y_shape, device, handle)
     else:
-        y = check_buffer(out, "out", plan.y_shape, plan.y_dtypes, view.device, plan.y_bytes,
-                         (("q", q_span), ("sf", (sfa.ptr, sfa.ptr + plan.sf_bytes))))
+        y, y_ptr = check_operand(as_operand(out, "out"), "out", plan.y_shape, plan.y_dtypes, device, plan.y_bytes,
+                                 (("q", view.span(q_ptr)), ("sf", (sf_ptr, sf_ptr + plan.sf_bytes))))
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config)
     if view.empty:
-        return y.obj
-    aligned = not ((qa.ptr | y.ptr) & 15)
+        return y
+    aligned = not ((q_ptr | y_ptr) & 15)
     launch = plan.launches.get((mode, aligned))
     if launch is None:
         dev = driver.device(view.device)
         call = dict(fmt=fmt, out_dtype=dtype, sf_layout=sf_layout, tensor_sf_mode=mode, arch=dev.arch)
-        launch = _kernel_launch(resolve_config(config, view, qa.ptr, y.ptr, call), view, dev)
+        launch = _kernel_launch(resolve_config(config, view, q_ptr, y_ptr, call), view, dev)
         with plan.lock:
             plan.launches[(mode, aligned)] = launch
     if launch.map_names:
-        launch(handle, pdl, (sfa.ptr, y.ptr, value, scale_ptr, view.rows, 2 * view.width,
-                             launch.tickets(handle)), (qa.ptr,))
+        launch(handle, pdl, (sf_ptr, y_ptr, value, scale_ptr, view.rows, 2 * view.width,
+                             launch.tickets(handle)), (q_ptr,))
     else:
-        launch(handle, pdl, (qa.ptr, view.row_stride, sfa.ptr, y.ptr, value, scale_ptr, view.rows,
+        launch(handle, pdl, (q_ptr, view.row_stride, sf_ptr, y_ptr, value, scale_ptr, view.rows,
                              2 * view.width))
-    return y.obj
+    return y
 
 
 def dequantize_nvfp4(q, sf, tensor_sf, *, sf_layout="swizzled", dtype="bfloat16", out=None, stream=None,

@@ -16,7 +16,7 @@ import threading
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.global_scale import AmaxConfig, GlobalScaleConfig
-from .arrays import INPUT_DTYPES, RowsView, as_operand, check_pdl, rows_view
+from .arrays import INPUT_DTYPES, RowsView, as_operand, check_pdl, rows_view, stride_key
 from .outputs import cupy_outputs
 from .plans import KernelLaunch, plans
 from .streams import stream_handle
@@ -67,22 +67,23 @@ def global_scale(x, *, stream=None, pdl=True, outputs=cupy_outputs):
     strided or not).
     """
     xa = as_operand(x, "x")
-    key = ("global_scale", xa.shape, xa.stride_key, xa.is_torch, xa.dtype, xa.device)
+    x_obj, x_ptr, x_shape, x_dtype, device, x_torch = xa
+    key = ("global_scale", x_shape, stride_key(x_obj, x_torch), x_torch, x_dtype, device)
     plan = plans.get(key)
     if plan is None:
         plan = plans.put(key, _Plan(input_view(xa)))
     view = plan.view
-    handle = stream_handle(stream, xa)
+    handle = stream_handle(stream, device, x_torch)
     check_pdl(pdl)
-    vector_loads = xa.ptr % 16 == 0 and view.row_stride % 8 == 0
+    vector_loads = x_ptr % 16 == 0 and view.row_stride % 8 == 0
     launches = plan.launches.get(vector_loads)
     if launches is None:
         launches = _Launches(view, vector_loads, view.device)
         with plan.lock:
             plan.launches[vector_loads] = launches
-    buffer = outputs("scale", (1 + launches.partials,), view.device, handle)
-    partial_ptr = buffer.ptr + 4
+    buffer, buffer_ptr = outputs("scale", (1 + launches.partials,), device, handle)
+    partial_ptr = buffer_ptr + 4
     if launches.amax is not None:
-        launches.amax(handle, pdl, (xa.ptr, view.row_stride, view.rows, view.width, partial_ptr))
-    launches.scale(handle, pdl, (partial_ptr, launches.partials, buffer.ptr))
-    return buffer.obj[0]
+        launches.amax(handle, pdl, (x_ptr, view.row_stride, view.rows, view.width, partial_ptr))
+    launches.scale(handle, pdl, (partial_ptr, launches.partials, buffer_ptr))
+    return buffer[0]

@@ -9,19 +9,18 @@ from torch's caching allocator instead, with the same interface.)
 An allocator takes a role, which fixes the element type: ``q`` (packed
 e2m1 pairs), ``sf16`` / ``sf32`` (e4m3 / e8m0 scale bytes), ``bfloat16``
 and ``float32`` (dequantized values), ``scale`` (float32 global scale and
-its partial maxima).
+its partial maxima), and returns ``(array, address)``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .arrays import Operand, cupy, new_operand
+from .arrays import cupy
 
-# Per role, the CuPy element type and its name as an Operand holds it (as_operand's names).
-_CUPY_DTYPES = {"q": (np.uint8, "uint8"), "sf16": (np.uint8, "uint8"), "sf32": (np.uint8, "uint8"),
-                "bfloat16": (np.uint16, "uint16"), "float32": (np.float32, "float32"),
-                "scale": (np.float32, "float32")}
+# Per role, the CuPy element type.
+_CUPY_DTYPES = {"q": np.uint8, "sf16": np.uint8, "sf32": np.uint8, "bfloat16": np.uint16, "float32": np.float32,
+                "scale": np.float32}
 
 
 class _RawStream:
@@ -55,8 +54,7 @@ def cupy_empty(shape: tuple, dtype, device: int, stream: int):
         return cp.empty(shape, dtype=dtype)
 
 
-def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> Operand:
-    """A new array for ``role`` as an Operand, built from what is known of it."""
-    dtype, name = _CUPY_DTYPES[role]
-    a = cupy_empty(shape, dtype, device, stream)
-    return new_operand((a, a.data.ptr, shape, name, device, False))
+def cupy_outputs(role: str, shape: tuple, device: int, stream: int) -> tuple[object, int]:
+    """A new array for ``role``, and its address."""
+    a = cupy_empty(shape, _CUPY_DTYPES[role], device, stream)
+    return a, a.data.ptr

@@ -16,21 +16,23 @@ from dataclasses import dataclass
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.global_scale import FusedDynamicConfig
-from ..kernels.quantize import SF_LAYOUTS, QuantizeConfig, SimtConfig
+from ..kernels.quantize import MX_MODES, SF_LAYOUTS, QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config
 from .arrays import (
     INPUT_DTYPES,
     NO_TENSOR_SCALE,
+    PTR,
     Q_DTYPES,
     SF_DTYPES,
     RowsView,
     as_operand,
-    check_buffer,
     check_choice,
+    check_operand,
     check_pdl,
     device_scale,
     rows_view,
     sf_shape,
+    stride_key,
     tensor_scale,
 )
 from .global_scale import global_scale
@@ -55,7 +57,7 @@ class Format:
 
 
 NVFP4 = Format("quantize_nvfp4", 16)
-MXFP4 = {mode: Format("quantize_mxfp4", 32, mode) for mode in ("rceil", "floor")}
+MXFP4 = {mode: Format("quantize_mxfp4", 32, mode) for mode in MX_MODES}
 _INPUT_WHAT = "bfloat16 or float16 values (uint16 holds bf16 bits)"
 
 
@@ -179,10 +181,12 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
 
 
-def _fused_dynamic(plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout, config, pdl, outputs):
+def _fused_dynamic(plan: _Plan, x_ptr: int, q: tuple, sf: tuple, aligned: bool, handle: int, sf_layout, config, pdl,
+                   outputs):
     """``tensor_sf="dynamic"`` in one launch that computes the scale and quantizes
     (FusedDynamicConfig), returning ``(q, sf, scale)``; None where it does not apply
-    (an explicit config, unaligned pointers, an empty or large input, stream capture)."""
+    (an explicit config, unaligned pointers, an empty or large input, stream capture).
+    ``q`` and ``sf`` are the outputs' ``(array, address)``."""
     if config is not None or not aligned or plan.empty:
         return None
     launch = plan.launches.get(("dynamic", True))
@@ -194,9 +198,9 @@ def _fused_dynamic(plan: _Plan, xa, q, sf, aligned: bool, handle: int, sf_layout
     sync = launch.tickets(handle) if launch is not TWO_PASS else 0
     if not sync:
         return None
-    scale = outputs("scale", (), plan.device, handle)
-    launch(handle, pdl, (xa.ptr, plan.row_stride, q.ptr, sf.ptr, scale.ptr, plan.rows, plan.cols, sync))
-    return q.obj, sf.obj, scale.obj
+    scale, scale_ptr = outputs("scale", (), plan.device, handle)
+    launch(handle, pdl, (x_ptr, plan.row_stride, q[1], sf[1], scale_ptr, plan.rows, plan.cols, sync))
+    return q[0], sf[0], scale
 
 
 def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, outputs=cupy_outputs):
@@ -204,43 +208,42 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     ``tensor_sf`` DYNAMIC (NVFP4 only) returns ``(q, sf, scale)``."""
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     xa = as_operand(x, "x")
-    key = ("quantize", fmt, xa.shape, xa.stride_key, xa.is_torch, xa.dtype, xa.device, sf_layout, id(config))
+    x_obj, x_ptr, x_shape, x_dtype, device, x_torch = xa
+    key = ("quantize", fmt, x_shape, stride_key(x_obj, x_torch), x_torch, x_dtype, device, sf_layout, id(config))
     plan = plans.get(key)
     if plan is None or plan.config is not config:
         plan = plans.put(key, _Plan(config, input_view(xa, fmt), fmt, sf_layout))
-    device = plan.device
     if tensor_sf is DYNAMIC:
         mode, value, scale_ptr = DYNAMIC
     else:
         mode, value, scale_ptr = tensor_scale(tensor_sf, device) if plan.tensor_scaled else NO_TENSOR_SCALE
-    handle = stream_handle(stream, xa)
-    x_ptr = xa.ptr
+    handle = stream_handle(stream, device, x_torch)
     x_span = (x_ptr, x_ptr + plan.x_extent)
     if out is None:
-        q = outputs("q", plan.q_shape, device, handle)
+        q, q_ptr = outputs("q", plan.q_shape, device, handle)
     else:
-        q = check_buffer(out, "out", plan.q_shape, Q_DTYPES, device, plan.q_bytes, (("x", x_span),))
-    q_ptr = q.ptr
+        q, q_ptr = check_operand(as_operand(out, "out"), "out", plan.q_shape, Q_DTYPES, device, plan.q_bytes,
+                                 (("x", x_span),))
     if sf_out is None:
-        sf = outputs(plan.sf_role, plan.sf_shape, device, handle)
+        sf, sf_ptr = outputs(plan.sf_role, plan.sf_shape, device, handle)
     else:
-        sf = check_buffer(sf_out, "sf_out", plan.sf_shape, plan.sf_dtypes, device, plan.sf_bytes,
-                          (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))))
+        sf, sf_ptr = check_operand(as_operand(sf_out, "sf_out"), "sf_out", plan.sf_shape, plan.sf_dtypes, device,
+                                   plan.sf_bytes, (("x", x_span), ("out", (q_ptr, q_ptr + plan.q_bytes))))
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config, fmt)
-    sf_ptr = sf.ptr
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
     dynamic_scale = None
     if tensor_sf is DYNAMIC:
-        done = _fused_dynamic(plan, xa, q, sf, aligned, handle, sf_layout, config, pdl, outputs)
+        done = _fused_dynamic(plan, x_ptr, (q, q_ptr), (sf, sf_ptr), aligned, handle, sf_layout, config, pdl,
+                              outputs)
         if done is not None:
             return done
         # Two passes: the global scale on the device, then the quantize kernel reading it.
         dynamic_scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
         mode, value, scale_ptr = device_scale(as_operand(dynamic_scale, "tensor_sf"), device)
     if plan.empty:
-        return (q.obj, sf.obj) if dynamic_scale is None else (q.obj, sf.obj, dynamic_scale)
+        return (q, sf) if dynamic_scale is None else (q, sf, dynamic_scale)
     launch = plan.launches.get((mode, aligned))
     if launch is None:
         dev = driver.device(device)
@@ -253,7 +256,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
         launch(handle, pdl, (x_ptr, q_ptr, sf_ptr, plan.row_stride, plan.rows, plan.cols, value, scale_ptr))
-    return (q.obj, sf.obj) if dynamic_scale is None else (q.obj, sf.obj, dynamic_scale)
+    return (q, sf) if dynamic_scale is None else (q, sf, dynamic_scale)
 
 
 def check_dynamic(tensor_sf: str) -> None:
@@ -301,7 +304,7 @@ def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=No
     ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled, the same 128x4 layout
     with ``G = K // 32``) or ``(..., K // 32)`` (linear). No tensor scale.
     """
-    check_choice("mode", mode, tuple(MXFP4))
+    check_choice("mode", mode, MX_MODES)
     return quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, MXFP4[mode])
 
 
@@ -313,17 +316,17 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
     check_choice("fmt", fmt, ("nvfp4", "mxfp4"))
     check_choice("sf_layout", sf_layout, SF_LAYOUTS)
     if fmt == "mxfp4":
-        check_choice("mode", mode, tuple(MXFP4))
+        check_choice("mode", mode, MX_MODES)
     spec_format = NVFP4 if fmt == "nvfp4" else MXFP4[mode]
     view = input_view(as_operand(x, "x"), spec_format)
     scale_mode = (tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
     check_config_type(config, spec_format)
     if view.empty:
         return None
-    pointers = [as_operand(x, "x").ptr, 0, 0]
+    pointers = [as_operand(x, "x")[PTR], 0, 0]
     for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
         if buf is not None:
-            pointers[i] = as_operand(buf, name).ptr
+            pointers[i] = as_operand(buf, name)[PTR]
     arch = driver.device(view.device).arch
     return resolve_config(config, view, tuple(pointers), sf_layout, scale_mode, arch, spec_format)
 

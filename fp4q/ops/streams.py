@@ -11,7 +11,7 @@ CuPy stream, a torch stream, any object with ``__cuda_stream__``, or a raw
 
 from __future__ import annotations
 
-from .arrays import Operand, cupy, torch_module
+from .arrays import cupy, torch_module
 
 
 _torch_raw_stream = None
@@ -40,24 +40,25 @@ def _cupy_stream_getter():
     return _cupy_current_stream
 
 
-def stream_handle(stream, a: Operand) -> int:
-    """The raw CUstream for ``stream`` (``None``: the input's library's current stream).
+def stream_handle(stream, device: int, is_torch: bool) -> int:
+    """The raw CUstream for ``stream`` on the input's ``device`` (``None``: the current
+    stream of the input's library, torch's when ``is_torch``).
     The two current-stream getters are bound on first use, so the default costs no
     further Python call."""
     if stream is None:
-        if a.is_torch:
-            return (_torch_raw_stream or torch_current_stream)(a.device)
-        return (_cupy_current_stream or _cupy_stream_getter())(a.device).ptr
+        if is_torch:
+            return (_torch_raw_stream or torch_current_stream)(device)
+        return (_cupy_current_stream or _cupy_stream_getter())(device).ptr
     cp = cupy()
     if isinstance(stream, (cp.cuda.Stream, cp.cuda.ExternalStream)):
-        stream_device = getattr(stream, "device_id", a.device)
-        if stream_device not in (-1, a.device):
-            raise ValueError(f"stream belongs to device {stream_device} but the input is on device {a.device}")
+        stream_device = getattr(stream, "device_id", device)
+        if stream_device not in (-1, device):
+            raise ValueError(f"stream belongs to device {stream_device} but the input is on device {device}")
         return stream.ptr
     torch = torch_module()
     if torch is not None and isinstance(stream, torch.cuda.Stream):
-        if stream.device.index != a.device:
-            raise ValueError(f"stream belongs to device {stream.device.index} but the input is on device {a.device}")
+        if stream.device.index != device:
+            raise ValueError(f"stream belongs to device {stream.device.index} but the input is on device {device}")
         return int(stream.cuda_stream)
     if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core and others)
         return int(stream.__cuda_stream__()[1])

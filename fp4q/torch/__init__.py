@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.quantize import MX_MODES
 from ..ops.arrays import check_choice
 from ..ops.dequantize import dequantize
 from ..ops.global_scale import global_scale as _global_scale
@@ -127,12 +128,12 @@ def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=No
     ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` swizzled or ``(..., K // 32)``
     linear; everything else as ``quantize_nvfp4``."""
     if stream is not None or config is not None:
-        check_choice("mode", mode, tuple(MXFP4))
+        check_choice("mode", mode, MX_MODES)
         return _eager_quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, MXFP4[mode], fp4_dtype)
     if out is None and sf_out is None:
         return ops.quantize_mxfp4.default(x, mode, sf_layout, pdl, fp4_dtype)
     if out is None or sf_out is None:
-        check_choice("mode", mode, tuple(MXFP4))
+        check_choice("mode", mode, MX_MODES)
         out, sf_out = _missing_outputs(MXFP4[mode], x, sf_layout, out, sf_out, fp4_dtype, torch.float8_e8m0fnu)
     ops.quantize_mxfp4_out.default(x, out, sf_out, mode, sf_layout, pdl)
     return out, sf_out

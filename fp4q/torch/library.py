@@ -9,16 +9,15 @@ import threading
 import torch
 
 from ..kernels.dequantize import GROUP_SIZE, OUT_DTYPES
-from ..kernels.quantize import SF_LAYOUTS
+from ..kernels.quantize import MX_MODES, SF_LAYOUTS
 from ..ops.arrays import (
     Q_DTYPES,
     SF_DTYPES,
     VALUE_DTYPES,
     Operand,
     check_choice,
-    check_buffer,
+    check_operand,
     device_scale,
-    new_operand,
     tensor_scale,
     torch_operand,
 )
@@ -45,7 +44,7 @@ def _device(ordinal: int) -> torch.device:
 
 
 class TorchOutputs:
-    """The ops layer's ``outputs(role, shape, device, stream) -> Operand`` on torch's
+    """The ops layer's ``outputs(role, shape, device, stream) -> (array, address)`` on torch's
     caching allocator: uint8 codes (``float4_e2m1fn_x2`` with ``fp4_dtype``),
     float8_e4m3fn / float8_e8m0fnu scales, bfloat16 / float32 values, float32
     global scales."""
@@ -54,7 +53,7 @@ class TorchOutputs:
 
     def __init__(self, fp4_dtype: bool) -> None:
         roles = dict(_ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else _ROLE_DTYPES
-        self._dtypes = {role: (dtype, str(dtype).removeprefix("torch.")) for role, dtype in roles.items()}
+        self._dtypes = roles
         self._strides: dict[tuple, tuple] = {}  # C-contiguous strides by shape, as many as the plans
         self._lock = threading.Lock()
 
@@ -68,8 +67,8 @@ class TorchOutputs:
             put_bounded(self._strides, shape, found, PLAN_CAPACITY)
         return found
 
-    def __call__(self, role: str, shape: tuple, device: int, stream: int) -> Operand:
-        dtype, name = self._dtypes[role]
+    def __call__(self, role: str, shape: tuple, device: int, stream: int) -> tuple[torch.Tensor, int]:
+        dtype = self._dtypes[role]
         where = _devices.get(device) or _device(device)
         # empty_strided: torch.empty derives the same strides, at about 1 us more per call.
         strides = self._strides.get(shape)
@@ -87,7 +86,7 @@ class TorchOutputs:
             # stream= other than torch's current one takes this path.
             with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=where)):
                 t = torch.empty_strided(shape, strides, dtype=dtype, device=where)
-        return new_operand((t, t.data_ptr(), shape, name, device, True))
+        return t, t.data_ptr()
 
 
 OUTPUTS = (TorchOutputs(False), TorchOutputs(True))
@@ -109,12 +108,12 @@ def _quantize_nvfp4_out(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=Tru
 
 
 def _quantize_mxfp4(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    check_choice("mode", mode, tuple(MXFP4))
+    check_choice("mode", mode, MX_MODES)
     return quantize(x, None, sf_layout, None, None, None, None, pdl, MXFP4[mode], OUTPUTS[fp4_dtype])
 
 
 def _quantize_mxfp4_out(x, out, sf_out, mode="rceil", sf_layout="swizzled", pdl=True):
-    check_choice("mode", mode, tuple(MXFP4))
+    check_choice("mode", mode, MX_MODES)
     quantize(x, None, sf_layout, out, sf_out, None, None, pdl, MXFP4[mode], OUTPUTS[0])
 
 
@@ -179,8 +178,8 @@ def _quantize_nvfp4_dynamic_fake(x, sf_layout="swizzled", pdl=True, fp4_dtype=Fa
 
 
 def _check_quantize_outputs(view, q_shape, sf_shape, fmt: Format, out, sf_out) -> None:
-    check_buffer(_fake(out, "out"), "out", q_shape, Q_DTYPES, view.device)
-    check_buffer(_fake(sf_out, "sf_out"), "sf_out", sf_shape, SF_DTYPES[fmt.sf_vec_size], view.device)
+    check_operand(_fake(out, "out"), "out", q_shape, Q_DTYPES, view.device)
+    check_operand(_fake(sf_out, "sf_out"), "sf_out", sf_shape, SF_DTYPES[fmt.sf_vec_size], view.device)
 
 
 def _quantize_nvfp4_out_fake(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=True):
@@ -190,13 +189,13 @@ def _quantize_nvfp4_out_fake(x, tensor_sf, out, sf_out, sf_layout="swizzled", pd
 
 
 def _quantize_mxfp4_fake(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    check_choice("mode", mode, tuple(MXFP4))
+    check_choice("mode", mode, MX_MODES)
     _, q_shape, sf_shape = quantize_shapes_of(x, MXFP4[mode], sf_layout)
     return x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e8m0fnu)
 
 
 def _quantize_mxfp4_out_fake(x, out, sf_out, mode="rceil", sf_layout="swizzled", pdl=True):
-    check_choice("mode", mode, tuple(MXFP4))
+    check_choice("mode", mode, MX_MODES)
     view, q_shape, sf_shape = quantize_shapes_of(x, MXFP4[mode], sf_layout)
     _check_quantize_outputs(view, q_shape, sf_shape, MXFP4[mode], out, sf_out)
 
@@ -206,7 +205,7 @@ def _dequantize_rules(fmt: str, q, sf, tensor_sf, sf_layout: str, dtype: str):
     check_choice("dtype", dtype, OUT_DTYPES)
     view = codes_view(_fake(q, "q"), fmt)
     sf_shape, y_shape = dequantize_shapes(view, fmt, sf_layout)
-    check_buffer(_fake(sf, "sf"), "sf", sf_shape, SF_DTYPES[GROUP_SIZE[fmt]], view.device)
+    check_operand(_fake(sf, "sf"), "sf", sf_shape, SF_DTYPES[GROUP_SIZE[fmt]], view.device)
     if fmt == "nvfp4":
         _scale_rule(tensor_sf, view.device)
     return view, y_shape
@@ -219,7 +218,7 @@ def _dequantize_nvfp4_fake(q, sf, tensor_sf, sf_layout="swizzled", dtype="bfloat
 
 def _dequantize_nvfp4_out_fake(q, sf, tensor_sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
     view, y_shape = _dequantize_rules("nvfp4", q, sf, tensor_sf, sf_layout, dtype)
-    check_buffer(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
+    check_operand(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
 
 
 def _dequantize_mxfp4_fake(q, sf, sf_layout="swizzled", dtype="bfloat16", pdl=True):
@@ -229,7 +228,7 @@ def _dequantize_mxfp4_fake(q, sf, sf_layout="swizzled", dtype="bfloat16", pdl=Tr
 
 def _dequantize_mxfp4_out_fake(q, sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
     view, y_shape = _dequantize_rules("mxfp4", q, sf, None, sf_layout, dtype)
-    check_buffer(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
+    check_operand(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
 
 
 def _global_scale_fake(x, pdl=True):
