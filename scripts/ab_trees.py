@@ -43,7 +43,12 @@ assert fp4q.__file__.startswith(sys.argv[1]), fp4q.__file__
 shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[3].split(",")]
 rng = np.random.default_rng(0)
 ops, digests = {}, {}
-for m, k in shapes:
+
+
+# The ops at one shape and the digests of their outputs: a function, so that each
+# shape's lambdas keep that shape's arrays (a loop body would leave every lambda
+# with the last shape's).
+def shape_ops(m, k):
     x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
     tsf = float(reference.global_scale(cp.asnumpy(x)))
     tsf_dev = cp.asarray(np.float32(tsf)).reshape(())
@@ -52,22 +57,28 @@ for m, k in shapes:
     qm = cp.empty((m, k // 2), cp.uint8)
     sfm = cp.empty(fp4q.swizzled_sf_shape(m, k // 32), cp.uint8)
     y = cp.empty((m, k), cp.uint16)
-    for name, fn in {
+    shape_fns = {
         "quantize_nvfp4": lambda: fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf),
         "quantize_nvfp4 device tsf": lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf),
         "quantize_nvfp4 allocating": lambda: fp4q.quantize_nvfp4(x, tsf),
         "quantize_mxfp4": lambda: fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm),
         "dequantize_nvfp4": lambda: fp4q.dequantize_nvfp4(q, sf, tsf, out=y),
         "global_scale": lambda: fp4q.global_scale(x),
-    }.items():
+    }
+    for fn in shape_fns.values():
         fn()
-        ops[f"{name} {m}x{k}"] = (m * k, fn)
     fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf)
     fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm)
     fp4q.dequantize_nvfp4(q, sf, tsf, out=y)
     g = fp4q.global_scale(x)
     cp.cuda.Device().synchronize()
-    digests[f"{m}x{k}"] = [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in (q, sf, qm, sfm, y, g)]
+    return shape_fns, [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in (q, sf, qm, sfm, y, g)]
+
+
+for m, k in shapes:
+    shape_fns, digests[f"{m}x{k}"] = shape_ops(m, k)
+    for name, fn in shape_fns.items():
+        ops[f"{name} {m}x{k}"] = (m * k, fn)
 print(json.dumps({"ops": {key: size for key, (size, _) in ops.items()}, "bytes": digests}), flush=True)
 for line in sys.stdin:
     section, key, n = json.loads(line)
