@@ -38,6 +38,8 @@ SIMT_SHAPES = SHAPES + [(33, 80), (7, 16)]
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", default="all", help="comma-separated shipped names, or 'all'")
+    parser.add_argument("--trace", action="store_true",
+                        help="print each quantize call before it runs (where a hang under a tool stopped)")
     parser.add_argument("--emulate-sm80", action="store_true",
                         help=f"run the pre-Hopper kernels, built as {EMULATED_SM_80} (needs an sm_90a device)")
     args = parser.parse_args()
@@ -72,6 +74,9 @@ def main() -> int:
                         q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.75, sf_layout=layout)
                     out = cp.full(q_ref.shape, 0xFF, dtype=cp.uint8)
                     sf_out = cp.full(sf_ref.shape, 0xFF, dtype=cp.uint8)
+                    if args.trace:
+                        print(f"{time.perf_counter() - start:7.1f}s  > {name} {m}x{k} {layout} device_sf={device_sf}",
+                              flush=True)
                     if mx:
                         q, sf = fp4q.quantize_mxfp4(x, mode=cfg.mx_mode, sf_layout=layout, config=cfg,
                                                     out=out, sf_out=sf_out)
