@@ -61,3 +61,32 @@ def test_torch_host_rows_call_what_they_name():
         with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
             call()
     runs[3][1]()
+
+
+def test_triton_row_reports_a_second_timing_of_the_chosen_tile(monkeypatch):
+    """The tile is chosen on one measurement per tile and reported from another (the least
+    of several noisy medians is biased low)."""
+    from types import SimpleNamespace
+
+    calls = []
+    kernel = SimpleNamespace(triton=object(), TRITON_STATUS="ok", CONFIGS=((1, 64, 4), (2, 64, 4)),
+                             outputs=lambda torch_module, xt: (SimpleNamespace(fill_=lambda v: None),) * 2,
+                             quantize=lambda xt, tsf, q, sf, tile: calls.append(tile))
+    medians = iter([5.0, 4.0, 4.6])  # tile (1, 64, 4), tile (2, 64, 4), then the chosen one again
+
+    def fake_time_fn(fn, **kwargs):
+        fn()
+        median = next(medians)
+        return SimpleNamespace(median_us=median, min_us=median - 0.5)
+
+    monkeypatch.setattr(bench_contenders, "triton_kernel", kernel)
+    monkeypatch.setattr(bench_contenders, "compare", lambda env, case, q, sf, layout: ("yes", ""))
+    monkeypatch.setattr(bench_contenders.timing, "time_fn", fake_time_fn)
+    env = SimpleNamespace(torch=torch, torch_status="ok", args=SimpleNamespace(warmup=1, reps=3), best_tile={},
+                          findings=[], fail=lambda what, exc: f"failed: {exc}")
+    case = SimpleNamespace(m=1, k=64, xt=None, tsf_t=None)
+    row = bench_contenders.bench_triton(env, case)
+    assert (row.median_us, row.min_us, row.exact) == (4.6, 4.1, "yes")
+    assert env.best_tile[(1, 64)] == (2, 64, 4)
+    assert calls[-1] == (2, 64, 4)
+    assert "chosen at 4.00 us and timed again" in row.note
