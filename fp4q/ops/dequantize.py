@@ -117,7 +117,7 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
         return config.replace(**call)
     # The choice depends on the pointers only through their 16-byte alignment (part of the
     # launch's key) and on the row stride and K (part of the plan's).
-    vector = q_ptr % 16 == 0 and y_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
+    vector = q_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
     if (vector and view.rows * 2 * view.width >= VECTOR_MAX_ELEMENTS and target(call["arch"]).features.tma
             and _tma_obstacle(view, q_ptr, y_ptr) is None):
         return DequantizeConfig(**call)

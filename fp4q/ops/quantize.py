@@ -181,12 +181,11 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
 
 
-def _fused_dynamic(plan: _Plan, x_ptr: int, q: tuple, sf: tuple, aligned: bool, handle: int, sf_layout, config, pdl,
-                   outputs):
+def _fused_dynamic(plan: _Plan, x_ptr: int, q_ptr: int, sf_ptr: int, aligned: bool, handle: int, sf_layout, config,
+                   pdl, outputs):
     """``tensor_sf="dynamic"`` in one launch that computes the scale and quantizes
-    (FusedDynamicConfig), returning ``(q, sf, scale)``; None where it does not apply
-    (an explicit config, unaligned pointers, an empty or large input, stream capture).
-    ``q`` and ``sf`` are the outputs' ``(array, address)``."""
+    (FusedDynamicConfig), returning the scale's array; None where it does not apply
+    (an explicit config, unaligned pointers, an empty or large input, stream capture)."""
     if config is not None or not aligned or plan.empty:
         return None
     launch = plan.launches.get(("dynamic", True))
@@ -199,8 +198,8 @@ def _fused_dynamic(plan: _Plan, x_ptr: int, q: tuple, sf: tuple, aligned: bool, 
     if not sync:
         return None
     scale, scale_ptr = outputs("scale", (), plan.device, handle)
-    launch(handle, pdl, (x_ptr, plan.row_stride, q[1], sf[1], scale_ptr, plan.rows, plan.cols, sync))
-    return q[0], sf[0], scale
+    launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, scale_ptr, plan.rows, plan.cols, sync))
+    return scale
 
 
 def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, outputs=cupy_outputs):
@@ -235,10 +234,9 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
     dynamic_scale = None
     if tensor_sf is DYNAMIC:
-        done = _fused_dynamic(plan, x_ptr, (q, q_ptr), (sf, sf_ptr), aligned, handle, sf_layout, config, pdl,
-                              outputs)
-        if done is not None:
-            return done
+        scale = _fused_dynamic(plan, x_ptr, q_ptr, sf_ptr, aligned, handle, sf_layout, config, pdl, outputs)
+        if scale is not None:
+            return q, sf, scale
         # Two passes: the global scale on the device, then the quantize kernel reading it.
         dynamic_scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
         mode, value, scale_ptr = device_scale(as_operand(dynamic_scale, "tensor_sf"), device)
@@ -318,12 +316,13 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
     if fmt == "mxfp4":
         check_choice("mode", mode, MX_MODES)
     spec_format = NVFP4 if fmt == "nvfp4" else MXFP4[mode]
-    view = input_view(as_operand(x, "x"), spec_format)
+    xa = as_operand(x, "x")
+    view = input_view(xa, spec_format)
     scale_mode = (tensor_scale(tensor_sf, view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
     check_config_type(config, spec_format)
     if view.empty:
         return None
-    pointers = [as_operand(x, "x")[PTR], 0, 0]
+    pointers = [xa[PTR], 0, 0]
     for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
         if buf is not None:
             pointers[i] = as_operand(buf, name)[PTR]

@@ -52,8 +52,7 @@ class TorchOutputs:
     __slots__ = ("_dtypes", "_strides", "_lock")
 
     def __init__(self, fp4_dtype: bool) -> None:
-        roles = dict(_ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else _ROLE_DTYPES
-        self._dtypes = roles
+        self._dtypes = dict(_ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else _ROLE_DTYPES
         self._strides: dict[tuple, tuple] = {}  # C-contiguous strides by shape, as many as the plans
         self._lock = threading.Lock()
 
