@@ -23,6 +23,8 @@ MNEMONICS = {
     "abs_f32": "abs.f32",
     "max_bf16x2": "max.bf16x2",
     "max_f16x2": "max.f16x2",
+    "max_nan_bf16x2": "max.NaN.bf16x2",
+    "max_nan_f16x2": "max.NaN.f16x2",
     "max_nan_xorsign_abs_bf16x2": "max.NaN.xorsign.abs.bf16x2",
     "max_nan_xorsign_abs_f16x2": "max.NaN.xorsign.abs.f16x2",
     "max_nan_f32": "max.NaN.f32",
@@ -97,6 +99,8 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = f32_from_bits(bits ^ 1u);
     bits ^= max_bf16x2(e4, h2);
     bits ^= max_f16x2(h2, bits);
+    bits ^= max_nan_bf16x2(e4, bits);
+    bits ^= max_nan_f16x2(h2, bits);
     bits ^= max_nan_xorsign_abs_bf16x2(e4, bits);
     bits ^= max_nan_xorsign_abs_f16x2(h2, bits);
     bits ^= prmt_b32(bits, e4, 0x7351u);

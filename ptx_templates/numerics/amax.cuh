@@ -14,9 +14,10 @@ FP4Q_DEVICE float amax_packed(const u32 (&w)[N]) {
 }
 
 // The same maximum with NaN propagating: NaN when any element is NaN, else
-// the spec's amax. It needs no mask per word (the instruction takes |x|),
-// which makes it the one for the hot loop; a result that is not finite
-// sends the caller to amax_packed and to the general e2m1 conversion.
+// the spec's amax. It needs no mask per word where the instruction takes |x|
+// (max_nan_abs_x2), which makes it the one for the hot loop; a result that
+// is not finite sends the caller to amax_packed and to the general e2m1
+// conversion.
 template <int N>
 FP4Q_DEVICE float amax_nan(const u32 (&w)[N]) {
     static_assert(N >= 2, "pairs of words");

@@ -31,14 +31,22 @@ FP4Q_DEVICE u32 max_x2(u32 a, u32 b) {
     }
 }
 
-// Per-lane max(|a|, |b|), NaN winning; the sign bits are garbage.
-FP4Q_DEVICE u32 max_nan_abs_x2(u32 a, u32 b) {
-    if constexpr (FP4Q_INPUT_FP16) {
-        return max_nan_xorsign_abs_f16x2(a, b);
-    } else {
-        return max_nan_xorsign_abs_bf16x2(a, b);
-    }
-}
-
 // Both elements of a pair with the sign bits cleared.
 constexpr u32 MAGNITUDE_X2 = 0x7FFF7FFFu;
+
+// Per-lane max(|a|, |b|), NaN winning; the sign bits are garbage. One
+// instruction where the target takes |x| in the maximum (FP4Q_HAS_MAX_ABS_X2),
+// else the signs are cleared first.
+FP4Q_DEVICE u32 max_nan_abs_x2(u32 a, u32 b) {
+    if constexpr (FP4Q_HAS_MAX_ABS_X2) {
+        if constexpr (FP4Q_INPUT_FP16) {
+            return max_nan_xorsign_abs_f16x2(a, b);
+        } else {
+            return max_nan_xorsign_abs_bf16x2(a, b);
+        }
+    } else if constexpr (FP4Q_INPUT_FP16) {
+        return max_nan_f16x2(a & MAGNITUDE_X2, b & MAGNITUDE_X2);
+    } else {
+        return max_nan_bf16x2(a & MAGNITUDE_X2, b & MAGNITUDE_X2);
+    }
+}

@@ -18,17 +18,7 @@ FP4Q_DEVICE void group_words(const u32 (&w)[32], int g, u32 (&out)[WORDS]) {
     for (int i = 0; i < WORDS; ++i) out[i] = w[g * WORDS + i];
 }
 
-template <int SF_VEC, bool INPUT_SIGNS, bool CLAMP>
-FP4Q_DEVICE void quantize_codes64(const u32 (&w)[32], const float (&inv)[64 / SF_VEC], u32 (&q)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {  // q word i covers elements 8i .. 8i+7
-        q[i] = quantize_e2m1x8<INPUT_SIGNS, CLAMP>(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3],
-                                                    inv[i * 8 / SF_VEC]);
-    }
-}
-
-// Which e2m1 variant is exact is decided once per chunk, so the common case
-// runs one branch and no per-group checks in the element loop.
+// Which e2m1 variant is exact is decided once per chunk (quantize_e2m1_words).
 template <int SF_VEC>
 FP4Q_DEVICE Chunk64 quantize_chunk64(const u32 (&w)[32], float tensor_sf, float rcp_tensor_sf) {
     constexpr int GROUPS = 64 / SF_VEC;
@@ -64,8 +54,6 @@ FP4Q_DEVICE Chunk64 quantize_chunk64(const u32 (&w)[32], float tensor_sf, float 
         inv[1] = exp2_neg(e1);
         out.sf = static_cast<u32>(e0 + 127) | (static_cast<u32>(e1 + 127) << 8);
     }
-    // The largest |x * inv| of each group is amax * inv (rounding is monotone);
-    // NaN when inv is NaN, or infinite, or 0 * Inf.
     float largest_inv = inv[0];
     float largest_scaled = mul_rn(amax[0], inv[0]);
 #pragma unroll
@@ -73,12 +61,6 @@ FP4Q_DEVICE Chunk64 quantize_chunk64(const u32 (&w)[32], float tensor_sf, float 
         largest_inv = max_nan_f32(largest_inv, inv[g]);
         largest_scaled = max_nan_f32(largest_scaled, mul_rn(amax[g], inv[g]));
     }
-    if (__builtin_expect(finite & (largest_scaled < 7.0f), 1)) {
-        quantize_codes64<SF_VEC, true, false>(w, inv, out.q);
-    } else if (finite & is_finite(largest_inv)) {
-        quantize_codes64<SF_VEC, true, true>(w, inv, out.q);
-    } else {
-        quantize_codes64<SF_VEC, false, true>(w, inv, out.q);
-    }
+    quantize_e2m1_words<8>(w, [&](int i) { return inv[i * 8 / SF_VEC]; }, finite, largest_scaled, largest_inv, out.q);
     return out;
 }

@@ -1,6 +1,7 @@
 // Quantizing packed inputs: the scale byte and inverse scale of one group
 // from its amax, and the codes of eight elements.
 #pragma once
+#include "numerics/amax.cuh"
 #include "numerics/e2m1.cuh"
 #include "numerics/e4m3.cuh"
 #include "numerics/e8m0.cuh"
@@ -27,4 +28,32 @@ FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
                         mul_rn(input_hi(w1), inv), mul_rn(input_lo(w2), inv), mul_rn(input_hi(w2), inv),
                         mul_rn(input_lo(w3), inv), mul_rn(input_hi(w3), inv)};
     return e2m1x8<INPUT_SIGNS, CLAMP>(v, w0, w1, w2, w3);
+}
+
+// Words of eight codes, q[i] from the packed inputs w[4i .. 4i+3] times
+// inv_of(i), by one e2m1 variant for all of them.
+template <bool INPUT_SIGNS, bool CLAMP, int WORDS, typename InvOf>
+FP4Q_DEVICE void quantize_e2m1_words_as(const u32 (&w)[4 * WORDS], InvOf inv_of, u32 (&q)[WORDS]) {
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+        q[i] = quantize_e2m1x8<INPUT_SIGNS, CLAMP>(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3], inv_of(i));
+    }
+}
+
+// The same words by the cheapest variant that is exact for all of them,
+// decided once, so that the common case runs one branch and no per-element
+// checks: `finite` says no input is NaN or infinite; `largest_scaled` is
+// the largest amax * inv of their groups, which bounds every |x * inv|
+// (rounding is monotone) and is NaN when an inv is NaN or infinite, or
+// 0 * Inf; `largest_inv` is the largest inv.
+template <int WORDS, typename InvOf>
+FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bool finite, float largest_scaled,
+                                     float largest_inv, u32 (&q)[WORDS]) {
+    if (__builtin_expect(finite & (largest_scaled < 7.0f), 1)) {
+        quantize_e2m1_words_as<true, false>(w, inv_of, q);
+    } else if (finite & is_finite(largest_inv)) {
+        quantize_e2m1_words_as<true, true>(w, inv_of, q);
+    } else {
+        quantize_e2m1_words_as<false, true>(w, inv_of, q);
+    }
 }

@@ -61,6 +61,19 @@ FP4Q_DEVICE u32 max_f16x2(u32 a, u32 b) {
     return d;
 }
 
+// Packed maxima with NaN propagating (a NaN lane wins).
+FP4Q_DEVICE u32 max_nan_bf16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+FP4Q_DEVICE u32 max_nan_f16x2(u32 a, u32 b) {
+    u32 d;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
 // max(|a|, |b|) per 16-bit lane with NaN propagating (a NaN lane wins). The
 // result's sign is the XOR of the inputs' signs: callers mask it off.
 FP4Q_DEVICE u32 max_nan_xorsign_abs_bf16x2(u32 a, u32 b) {
