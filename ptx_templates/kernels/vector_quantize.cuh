@@ -52,26 +52,33 @@ FP4Q_DEVICE void load_unit(const u16* __restrict__ x, i64 x_row_stride, const Ro
     if (live) load_vector(x + unit.row * x_row_stride + unit.col * VEC_ELEMS, w);
 }
 
-// Quantizes x. `prologue()` runs before the first read of x, once the
-// indices are known; `get_scale()` returns the tensor scale and is called
-// once, with the first loads in flight, after the padding scales are
-// written: on a small input the padding stores and a device scale's load
-// then overlap the loads of x instead of following them.
-template <typename Prologue, typename GetScale>
-FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                                 u8* __restrict__ sf, i32 rows, i32 cols, Prologue prologue, GetScale get_scale) {
-    const int groups = cols / SF_VEC;
-    RowWalk unit(grid_thread(), grid_threads(), sf_domain_groups(groups) * THREADS_PER_GROUP);
+// This thread's first unit in the walk that quantize_units takes, its
+// elements loaded into w (`live`: unit_live of it). `prologue()` runs
+// before the load, once the indices are known.
+template <typename Prologue>
+FP4Q_DEVICE RowWalk load_first_unit(const u16* __restrict__ x, i64 x_row_stride, i32 rows, int groups,
+                                    Prologue prologue, bool& live, u32 (&w)[4 * VEC_LOADS]) {
+    const RowWalk unit(grid_thread(), grid_threads(), sf_domain_groups(groups) * THREADS_PER_GROUP);
     prologue();
-    bool live = unit_live(unit, rows, groups);
-    u32 w[4 * VEC_LOADS];
+    live = unit_live(unit, rows, groups);
     load_unit(x, x_row_stride, unit, live, w);
-    write_padding_scales(sf, rows, groups);
-    const TensorScale tsf = get_scale();
+    return unit;
+}
+
+// Quantizes this thread's units, from `unit` on, whose elements are in w
+// (`live`: unit_live of it), with the tensor scale tsf.
+FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
+                                u8* __restrict__ sf, i32 rows, i32 cols, RowWalk unit, bool live,
+                                u32 (&w)[4 * VEC_LOADS], const TensorScale tsf) {
+    const int groups = cols / SF_VEC;
     // The loop runs while any lane of the warp has a row (the first lane has
     // the lowest), so that every lane takes part in each shuffle.
     while (vote_sync_any_pred(unit.row < rows)) {
-        float amax = amax_packed(w);
+        // NaN or infinite when one of this thread's elements is: then the
+        // NaN-dropping maximum, and one of the slower e2m1 variants.
+        float amax = amax_nan(w);
+        const bool finite = is_finite(amax);
+        if (__builtin_expect(!finite, 0)) amax = amax_packed(w);
 #pragma unroll
         for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
             amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
@@ -79,12 +86,13 @@ FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8
         float inv;
         const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
         if (live) {
+            u32 codes[VEC_LOADS];
+            quantize_e2m1_words<VEC_LOADS>(w, [&](int) { return inv; }, finite, mul_rn(amax, inv), inv, codes);
             u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
-                st_global_u32(dst, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv));
+                st_global_u32(dst, codes[0]);
             } else {
-                st_global_v2(dst, quantize_e2m1x8(w[0], w[1], w[2], w[3], inv),
-                             quantize_e2m1x8(w[4], w[5], w[6], w[7], inv));
+                st_global_v2(dst, codes[0], codes[1]);
             }
         }
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
@@ -94,4 +102,20 @@ FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8
         live = unit_live(unit, rows, groups);
         load_unit(x, x_row_stride, unit, live, w);
     }
+}
+
+// Quantizes x. `prologue()` runs before the first read of x (load_first_unit);
+// `get_scale()` returns the tensor scale and is called once, with the first
+// loads in flight, after the padding scales are written: on a small input
+// the padding stores and a device scale's load then overlap the loads of x
+// instead of following them.
+template <typename Prologue, typename GetScale>
+FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
+                                 u8* __restrict__ sf, i32 rows, i32 cols, Prologue prologue, GetScale get_scale) {
+    const int groups = cols / SF_VEC;
+    bool live;
+    u32 w[4 * VEC_LOADS];
+    const RowWalk unit = load_first_unit(x, x_row_stride, rows, groups, prologue, live, w);
+    write_padding_scales(sf, rows, groups);
+    quantize_units(x, x_row_stride, q, sf, rows, cols, unit, live, w, get_scale());
 }

@@ -17,9 +17,16 @@ FP4Q_DEVICE Int sf_128x4_offset(Int row, Int k_blocks, int run) {
 }
 
 // The index of scale (row, group) of a tensor with `groups` groups per row.
+// Row and group are below 2^31 and not negative: the swizzled offset splits
+// into the 512-byte block, counted in 64 bits, and the offset inside it
+// (sf_128x4_offset of the row within its 128 and the group within its 4),
+// whose divisions are then shifts and masks of unsigned 32-bit values.
 FP4Q_DEVICE i64 sf_index(i64 row, int group, int groups) {
     if constexpr (FP4Q_SF_SWIZZLED) {
-        return sf_128x4_offset<1, i64>(row, (groups + 3) / 4, group);
+        const u32 r = static_cast<u32>(row);
+        const u32 g = static_cast<u32>(group);
+        const i64 block = static_cast<i64>(r / 128) * static_cast<u32>((groups + 3) / 4) + g / 4;
+        return block * 512 + sf_128x4_offset<1, u32>(r % 128, 0u, static_cast<int>(g % 4));
     } else {
         return row * groups + group;
     }
