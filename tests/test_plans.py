@@ -978,10 +978,11 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
         assert args == dict(x=x.data.ptr, x_row_stride=7168, q=q.data.ptr, sf=sf.data.ptr, scale=scale.data.ptr,
                             rows=100, cols=7168, sync=FakeDriver.counter_for(None, None, 0))
         assert scale.shape == () and scale.dtype == np.float32
-        cfg = FusedDynamicConfig(sf_layout=sf_layout)
+        units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168, sf_layout == "swizzled")
+        threads = tuning.fused_dynamic_threads(units, SM_COUNT)
+        assert launches[0]["spec"].threads == threads and threads > 128
         # One wave: every CTA resident at once, as the grid barrier needs.
-        assert launches[0]["grid"][0] == min(math.ceil(cfg.work_items(100, 7168, sf_layout == "swizzled") / 128),
-                                             SM_COUNT * CTAS_PER_SM)
+        assert launches[0]["grid"][0] == min(math.ceil(units / threads), SM_COUNT * CTAS_PER_SM)
 
 
 def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 from fp4q.kernels import tuning
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
+from fp4q.kernels.variants import GLOBAL_SCALE
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import sweep  # noqa: E402
@@ -66,6 +67,25 @@ def test_arch_without_a_table_uses_the_default_rule():
     assert tuning.vector_max_elements("sm_100f") == tuning.VECTOR_MAX_ELEMENTS
     assert tuning.choose_config(16, 4096, "sm_100f").vector
     assert tuning.choose_config(8192, 8192, "sm_100f") == default_config("sm_100f")
+
+
+@pytest.mark.parametrize("units, sm_count, threads", [
+    (1, 132, 128),  # one unit: the smallest CTA
+    (4096, 132, 128),  # 16x4096: 32 CTAs of 128, fewer than one per two SMs already
+    (66 * 128, 132, 128),  # exactly one CTA per two SMs
+    (66 * 256, 132, 256),  # 66 CTAs of 256
+    (65 * 256, 132, 128),  # 65 CTAs of 256 would leave more than every second SM idle
+    (57344, 132, 512),  # 128x7168
+    (262144, 132, 1024),  # 1024x4096
+    (262144, 1 << 20, 128),  # a device of more SMs than 128-thread CTAs
+])
+def test_the_one_launch_dynamic_block_size(units, sm_count, threads):
+    assert tuning.fused_dynamic_threads(units, sm_count) == threads
+
+
+def test_every_dynamic_block_size_is_a_shipped_variant():
+    shipped = {cfg.threads for name, cfg in GLOBAL_SCALE.items() if name.startswith("dynamic_")}
+    assert shipped == set(tuning.FUSED_DYNAMIC_BLOCK_SIZES)
 
 
 def test_table_crossover_is_used(table_file):

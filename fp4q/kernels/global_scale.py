@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .archs import check_arch
+from .archs import check_arch, target
 from .quantize import INPUT_DTYPES, SimtConfig
 from .rules import check_bool, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
@@ -90,8 +90,9 @@ class FusedDynamicConfig:
     the whole grid, then the vector kernel's work (``vector``: the
     ``SimtConfig(vector=True)`` of 16 elements per thread whose rules the other
     fields follow) with the scale just derived. Its grid is one wave, all of it
-    resident at once; the call path takes it for small inputs
-    (``tuning.FUSED_DYNAMIC_MAX_ELEMENTS``)."""
+    resident at once; the call path takes it for inputs up to
+    ``tuning.FUSED_DYNAMIC_MAX_ELEMENTS``, with the block size
+    ``tuning.fused_dynamic_threads`` picks."""
 
     threads: int = 128
     sf_layout: str = "swizzled"
@@ -107,8 +108,11 @@ class FusedDynamicConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec:
-        # The vector kernel's constants and flags: its quantize step is that kernel's.
-        return simt_spec("quantize_fp4_dynamic", self.arch, self.vector.spec.constants, self.vector.spec.flags,
+        # The vector kernel's constants and flags: its quantize step is that kernel's. Every thread of
+        # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be.
+        constants = self.vector.spec.constants + (
+            ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads),)
+        return simt_spec("quantize_fp4_dynamic", self.arch, constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:

@@ -49,12 +49,28 @@ VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
 # tensor_sf="dynamic" runs one launch (amax, a grid barrier, then the vector
-# kernel's work reading x again from L2) up to this many elements, and the
-# global-scale kernels followed by the quantize kernel above. On the H200 the
-# one launch took 1.59-1.90x of a copy against 2.01-2.17x for the two passes
-# from 1x4096 to 128x7168, and lost from 256x7168 on, where its one-wave
-# grid walks several units per thread (docs/performance.md).
-FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 20
+# kernel's work, a thread's first unit kept in registers and any later one
+# read again from L2) up to this many elements, and the global-scale kernels
+# followed by the quantize kernel above. On the H200, with the block sizes
+# below, the one launch took 1.60-1.99x of a copy from 1x4096 to 4096x4096
+# against 2.01-2.32x for the two passes (docs/performance.md, "Dynamic
+# quantization"); larger inputs were not measured in one launch.
+FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 24
+
+# Every CTA of the one launch arrives at one counter, so the block size sets
+# how many arrivals serialize there: at 1024x4096, 2048 CTAs of 128 threads
+# took 2.82x of a copy, 256 CTAs of 1024 threads 1.82x. Small inputs want the
+# small CTAs, spread over more SMs.
+FUSED_DYNAMIC_BLOCK_SIZES = (128, 256, 512, 1024)
+
+
+def fused_dynamic_threads(units: int, sm_count: int) -> int:
+    """The block size of the one-launch dynamic kernel for ``units`` work items
+    (threads' worth of work): the largest of FUSED_DYNAMIC_BLOCK_SIZES that
+    still gives at least one CTA per two SMs, else the smallest. On the H200
+    this was the best of the four, or within 2 % of it, from 1x4096 to 4096x4096."""
+    fitting = [t for t in FUSED_DYNAMIC_BLOCK_SIZES if 2 * -(-units // t) >= sm_count]
+    return max(fitting, default=FUSED_DYNAMIC_BLOCK_SIZES[0])
 
 
 @functools.lru_cache(maxsize=None)

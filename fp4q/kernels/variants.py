@@ -17,6 +17,7 @@ from .quantize import (INPUT_DTYPES, MX_MODES, QuantizeConfig, SF_LAYOUTS, SimtC
 from .spec import Swizzle
 from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
+from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
 S = Swizzle
 
@@ -84,15 +85,16 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
 }
 
 # The global scale's two passes (the amax pass per input dtype and load width), and the
-# single-pass dynamic quantizer per scale layout and input dtype.
+# single-pass dynamic quantizer per block size, scale layout and input dtype.
 GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
     "amax_512": AmaxConfig(),
     "amax_512_fp16": AmaxConfig(input_dtype="float16"),
     "amax_512_scalar": AmaxConfig(vector_loads=False),
     "amax_512_scalar_fp16": AmaxConfig(vector_loads=False, input_dtype="float16"),
     "global_scale_256": GlobalScaleConfig(),
-    **{f"dynamic_128_{layout}{'_fp16' if dtype == 'float16' else ''}":
-       FusedDynamicConfig(sf_layout=layout, input_dtype=dtype) for layout in SF_LAYOUTS for dtype in INPUT_DTYPES},
+    **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}":
+       FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype)
+       for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS for dtype in INPUT_DTYPES},
 }
 
 

@@ -17,7 +17,7 @@ from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import MX_MODES, SF_LAYOUTS, QuantizeConfig, SimtConfig
-from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config
+from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_threads
 from .arrays import (
     INPUT_DTYPES,
     NO_TENSOR_SCALE,
@@ -175,8 +175,10 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     if plan.rows * plan.cols > FUSED_DYNAMIC_MAX_ELEMENTS:
         return TWO_PASS
     cfg = FusedDynamicConfig(sf_layout=sf_layout, input_dtype=INPUT_DTYPES[plan.view.dtype], arch=dev.arch)
+    units = cfg.work_items(plan.rows, plan.cols, plan.swizzled)
+    cfg = cfg.replace(threads=fused_dynamic_threads(units, dev.sm_count))
     kernel = get_kernel(cfg.spec, dev.ordinal)
-    grid = cfg.spec.grid.size(cfg.work_items(plan.rows, plan.cols, plan.swizzled), dev.sm_count, kernel.ctas_per_sm)
+    grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
     # dynamic=True: the launch takes its stream's counter (tile_tickets) as the grid barrier's.
     return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
 
