@@ -57,10 +57,12 @@ def shape_ops(m, k):
     qm = cp.empty((m, k // 2), cp.uint8)
     sfm = cp.empty(fp4q.swizzled_sf_shape(m, k // 32), cp.uint8)
     y = cp.empty((m, k), cp.uint16)
+    qd, sfd = cp.empty_like(q), cp.empty_like(sf)
     shape_fns = {
         "quantize_nvfp4": lambda: fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf),
         "quantize_nvfp4 device tsf": lambda: fp4q.quantize_nvfp4(x, tsf_dev, out=q, sf_out=sf),
         "quantize_nvfp4 allocating": lambda: fp4q.quantize_nvfp4(x, tsf),
+        "quantize_nvfp4 dynamic": lambda: fp4q.quantize_nvfp4(x, "dynamic", out=qd, sf_out=sfd),
         "quantize_mxfp4": lambda: fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm),
         "dequantize_nvfp4": lambda: fp4q.dequantize_nvfp4(q, sf, tsf, out=y),
         "global_scale": lambda: fp4q.global_scale(x),
@@ -71,8 +73,10 @@ def shape_ops(m, k):
     fp4q.quantize_mxfp4(x, out=qm, sf_out=sfm)
     fp4q.dequantize_nvfp4(q, sf, tsf, out=y)
     g = fp4q.global_scale(x)
+    dynamic_scale = fp4q.quantize_nvfp4(x, "dynamic", out=qd, sf_out=sfd)[2]
     cp.cuda.Device().synchronize()
-    return shape_fns, [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in (q, sf, qm, sfm, y, g)]
+    outputs = (q, sf, qm, sfm, y, g, qd, sfd, dynamic_scale)
+    return shape_fns, [hashlib.sha256(cp.asnumpy(a).tobytes()).hexdigest() for a in outputs]
 
 
 for m, k in shapes:
