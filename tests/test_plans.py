@@ -241,7 +241,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(api, "resolve_config", counting_resolve)
     # These small fake shapes would pick the vector kernel; the tests below are about
     # the TMA kernel unless they say otherwise (vector_kernel_for_small_inputs).
-    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch: 0)
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, sf_vec_size=16: 0)
     tuning.choose_config.cache_clear()
     yield fake
     tuning.choose_config.cache_clear()
@@ -250,7 +250,7 @@ def gpu(monkeypatch):
 
 @pytest.fixture
 def vector_kernel_for_small_inputs(gpu, monkeypatch):
-    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch: tuning.VECTOR_MAX_ELEMENTS)
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, sf_vec_size=16: tuning.VECTOR_MAX_ELEMENTS)
     tuning.choose_config.cache_clear()
     return gpu
 

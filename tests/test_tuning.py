@@ -56,11 +56,20 @@ def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
     assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size)
 
 
-@pytest.mark.parametrize("m, k", [(8192, 8192), (2048, 4096), (1024, 8192), (512, 16384)])
+@pytest.mark.parametrize("m, k", [(8192, 8192), (16384, 4096), (4096, 16384), (16384, 16384)])
 def test_large_inputs_choose_the_table_or_default(m, k):
+    assert m * k >= tuning.vector_max_elements("sm_90a")
     cfg = tuning.choose_config(m, k, "sm_90a")
     assert cfg == tuning.tuned_table("sm_90a").get(tuning.shape_class(m, k), default_config())
     assert tuning.choose_config(m, k, "sm_90a", 32) == default_mx_config()
+
+
+@pytest.mark.parametrize("m, k", [(2048, 4096), (1024, 8192), (512, 16384), (4096, 7168)])
+def test_mxfp4_crosses_over_at_its_own_size(m, k):
+    # The table's crossover is NVFP4's: MXFP4 takes the TMA kernel from VECTOR_MAX_ELEMENTS on.
+    assert tuning.vector_max_elements("sm_90a", 32) == tuning.VECTOR_MAX_ELEMENTS <= m * k
+    assert tuning.choose_config(m, k, "sm_90a", 32) == default_mx_config()
+    assert tuning.choose_config(m, k, "sm_90a").vector
 
 
 def test_arch_without_a_table_uses_the_default_rule():

@@ -40,11 +40,13 @@ def table_path(arch: str) -> pathlib.Path:
 
 
 # Inputs of fewer elements (M*K) than this run the vector kernel where the
-# table gives no crossover of its own. On the H200, with 16 elements per
-# thread, the vector kernel beat the default TMA config at every measured
-# shape up to 1024x4096 (4.2M elements: 1.34x against 1.45x of a copy), tied
-# at 1024x7168 and lost from 2048x7168 on (docs/performance.md, "Serving
-# sizes").
+# table gives no crossover of its own (for NVFP4; MXFP4 always takes this
+# one). On the H200, with 16 elements per thread, the vector kernel beat the
+# default TMA config at every measured shape up to 1024x4096 and lost from
+# 2048x7168 on (docs/performance.md, "Serving sizes"); that is still the
+# MXFP4 crossover (2048x4096 vector 1.32x of a copy against 1.43x for the
+# TMA config, 4096x7168 1.32x against 1.24x). The NVFP4 vector kernel has
+# since become faster, and the sm_90a table records its own crossover.
 VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
@@ -104,9 +106,10 @@ def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
     return table
 
 
-def vector_max_elements(arch: str) -> int:
-    """Below this many elements the vector kernel is chosen: the table's measured crossover, else the default."""
-    value = _table_json(arch).get("vector_max_elements")
+def vector_max_elements(arch: str, sf_vec_size: int = 16) -> int:
+    """Below this many elements the vector kernel is chosen: for NVFP4 the table's measured
+    crossover (the table is NVFP4's), else VECTOR_MAX_ELEMENTS."""
+    value = _table_json(arch).get("vector_max_elements") if sf_vec_size == 16 else None
     return value if isinstance(value, int) and value > 0 else VECTOR_MAX_ELEMENTS
 
 
@@ -114,7 +117,7 @@ def vector_max_elements(arch: str) -> int:
 def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeConfig | SimtConfig:
     """The config for an ``m x k`` input: the vector kernel for small inputs, else the
     tuned (NVFP4) or default TMA config; the vector kernel for every input where ``arch`` has no TMA."""
-    if m * k < vector_max_elements(arch) or not target(arch).features.tma:
+    if m * k < vector_max_elements(arch, sf_vec_size) or not target(arch).features.tma:
         return SimtConfig(threads=VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size, arch=arch)
     if sf_vec_size == 32:
         return default_mx_config(arch)
