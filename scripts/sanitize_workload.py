@@ -122,18 +122,22 @@ def dequantize_pass(rng, start: float, configs: dict) -> int:
 
 
 def dynamic_order_pass(rng, start: float, configs: dict) -> int:
-    """The default quantize config and the TMA dequantize configs on DYNAMIC_SHAPE, into 0xFF-filled outputs."""
+    """The default TMA quantize config (the default call takes the vector kernel at this size) and the
+    TMA dequantize configs on DYNAMIC_SHAPE, into 0xFF-filled outputs; without TMA (--emulate-sm80)
+    the default call."""
     failures = 0
     m, k = DYNAMIC_SHAPE
+    arch = driver.device(cp.cuda.Device().id).arch
+    quantize_config = None if arch == EMULATED_SM_80 else fp4q.default_config(arch)
     bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     for layout in ("swizzled", "linear"):
         q_ref, sf_ref = reference.quantize_nvfp4(bits, 0.75, sf_layout=layout)
         q = cp.full(q_ref.shape, 0xFF, dtype=cp.uint8)
         sf = cp.full(sf_ref.shape, 0xFF, dtype=cp.uint8)
-        fp4q.quantize_nvfp4(cp.asarray(bits), 0.75, sf_layout=layout, out=q, sf_out=sf)
+        fp4q.quantize_nvfp4(cp.asarray(bits), 0.75, sf_layout=layout, out=q, sf_out=sf, config=quantize_config)
         if not (np.array_equal(cp.asnumpy(q), q_ref) and np.array_equal(cp.asnumpy(sf), sf_ref)):
             failures += 1
-            print(f"MISMATCH default config {m}x{k} {layout}", flush=True)
+            print(f"MISMATCH {quantize_config or 'default call'} {m}x{k} {layout}", flush=True)
     y_ref = reference.dequantize_nvfp4(q_ref, sf_ref, 0.75, sf_layout="linear", dtype="bfloat16").view(np.uint16)
     for name, cfg in configs.items():
         if isinstance(cfg, DequantizeConfig):

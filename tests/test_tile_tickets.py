@@ -162,8 +162,17 @@ def test_threads_asking_at_once_get_one_counter_per_stream(fake):
 
 
 # ------------------------------------------------------------------------------------------------------- GPU
-# 2048 x 8192 runs the TMA kernel with 2048 tiles of 128x64: more than one per CTA.
+# 2048 x 8192 through the default TMA configs, given explicitly (a default call takes the vector
+# kernels at this size): 2048 quantize tiles of 128x64, more than one per CTA, and the same for
+# dequantization.
 M, K = 2048, 8192
+
+
+def _tma_configs():
+    import fp4q
+
+    arch = driver.device(0).arch
+    return fp4q.default_config(arch), fp4q.DequantizeConfig(arch=arch)
 
 
 def _counter_words(cp, stream):
@@ -185,12 +194,14 @@ def test_launches_on_several_streams_are_exact_and_leave_their_counters_zero():
 
     x_host = random_bf16((M, K), np.random.default_rng(7))
     x = cp.asarray(x_host)
+    config, _ = _tma_configs()
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(3)]
     outs = []
     for i in range(12):
         stream = streams[i % 3]
         with stream:
-            outs.append(fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", stream=stream, pdl=bool(i % 2)))
+            outs.append(fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", stream=stream, pdl=bool(i % 2),
+                                            config=config))
     for stream in streams:
         stream.synchronize()
         assert _counter_words(cp, stream) == [0, 0]
@@ -209,14 +220,15 @@ def test_a_captured_launch_replays_exactly_beside_launches_on_its_capture_stream
     x_host = random_bf16((M, K), np.random.default_rng(8))
     x = cp.asarray(x_host)
     q_ref, sf_ref = _expected(x_host)
+    config, _ = _tma_configs()
     capture, other = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
     q_graph = cp.empty((M, K // 2), cp.uint8)
     sf_graph = cp.empty((M, K // 16), cp.uint8)
     with capture:
-        fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", out=q_graph, sf_out=sf_graph)  # compile outside
+        fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", out=q_graph, sf_out=sf_graph, config=config)  # compile outside
         capture.synchronize()
         capture.begin_capture()
-        fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", out=q_graph, sf_out=sf_graph, stream=capture)
+        fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", out=q_graph, sf_out=sf_graph, stream=capture, config=config)
         graph = capture.end_capture()
     direct = []
     for _ in range(4):
@@ -225,7 +237,7 @@ def test_a_captured_launch_replays_exactly_beside_launches_on_its_capture_stream
         cp.cuda.Device().synchronize()
         graph.launch(other)  # the graph's kernel runs the static order: no counter to share
         with capture:
-            direct.append(fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", stream=capture))
+            direct.append(fp4q.quantize_nvfp4(x, 1.0, sf_layout="linear", stream=capture, config=config))
         other.synchronize()
         capture.synchronize()
         assert_bytes_equal(cp.asnumpy(q_graph), q_ref, "graph q")
@@ -246,13 +258,14 @@ def test_dequantize_launches_on_several_streams_are_exact_and_leave_their_counte
     q_host, sf_host = _expected(x_host)
     y_ref = reference.dequantize_nvfp4(q_host, sf_host, 1.0, sf_layout="linear", dtype="float32")
     q, sf = cp.asarray(q_host), cp.asarray(sf_host)
+    _, config = _tma_configs()
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
     outs = []
     for i in range(6):
         stream = streams[i % 2]
         with stream:
             outs.append(fp4q.dequantize_nvfp4(q, sf, 1.0, sf_layout="linear", dtype="float32", stream=stream,
-                                              pdl=bool(i % 2)))
+                                              pdl=bool(i % 2), config=config))
     for stream in streams:
         stream.synchronize()
         assert _counter_words(cp, stream) == [0, 0]

@@ -294,8 +294,16 @@ def _values_bytes(y: np.ndarray) -> np.ndarray:
     return y.view(np.uint16) if y.dtype.itemsize == 2 else y.view(np.uint32)
 
 
-# (2048, 8192): 2**24 elements, an input the TMA kernel serves by default.
+# (2048, 8192): 2**24 elements, more than one unit per thread of the vector kernel's grid.
 GPU_SHAPES = [(300, 128), (2, 130, 64), (128, 7168), (2048, 8192), (96,)]
+
+
+def _tma_quantize(x, tsf, layout):
+    """The TMA kernel's result (the default config, given explicitly: a default call takes the vector
+    kernel below the crossover of the tuned table), where TMA can store the rows (K % 32 == 0)."""
+    if x.shape[-1] % 32:
+        return ()
+    return (ft.quantize_nvfp4(x, tsf, sf_layout=layout, config=fp4q.default_config(fp4q.config_for(x).arch)),)
 
 
 @gpu
@@ -312,7 +320,8 @@ def test_every_op_bit_exact(shape, layout):
                 ft.quantize_nvfp4(x, "dynamic", sf_layout=layout)[:2],
                 ft.quantize_nvfp4(x, tsf, sf_layout=layout, out=torch.full(q_ref.shape, 0xAB, dtype=torch.uint8,
                                                                            device="cuda"),
-                                  sf_out=torch.full(sf_ref.shape, 0xAB, dtype=torch.uint8, device="cuda"))):
+                                  sf_out=torch.full(sf_ref.shape, 0xAB, dtype=torch.uint8, device="cuda")),
+                *_tma_quantize(x, tsf, layout)):
         assert_bytes_equal(_bytes(got[0]), q_ref, f"q {shape} {layout}")
         assert_bytes_equal(_bytes(got[1]), sf_ref, f"sf {shape} {layout}")
     assert _bytes(ft.global_scale(x)) == np.float32(tsf)
