@@ -54,9 +54,10 @@ VECTOR_THREADS = 128
 # kernel's work, a thread's first unit kept in registers and any later one
 # read again from L2) up to this many elements, and the global-scale kernels
 # followed by the quantize kernel above. On the H200, with the block sizes
-# below, the one launch took 1.60-1.99x of a copy from 1x4096 to 4096x4096
-# against 2.01-2.32x for the two passes (docs/performance.md, "Dynamic
-# quantization"); larger inputs were not measured in one launch.
+# below, the one launch took 1.58-1.94x of the static quantize's copy from
+# 1x4096 to 4096x4096 against 1.99-2.25x for the two passes
+# (docs/performance.md, "The one-launch dynamic quantizer"); larger inputs
+# were not measured in one launch.
 FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 24
 
 # Every CTA of the one launch arrives at one counter, so the block size sets
