@@ -42,6 +42,7 @@ def floors() -> None:
     from fp4q.cuda.driver import device
     from fp4q.jit.loader import get_kernel
     from fp4q.ops.plans import KernelLaunch
+    from fp4q.kernels.walk import unit_divisor
     from fp4q.ops.quantize import SIMT_ARGS
 
     dev = torch.device("cuda", 0)
@@ -69,7 +70,7 @@ def floors() -> None:
     vector = fp4q.config_for(xt, 1.0)
     kernel = get_kernel(vector.spec, 0)
     grid = vector.spec.grid.size(vector.work_items(16, 4096, True), device(0).sm_count, kernel.ctas_per_sm)
-    launch = KernelLaunch(vector, kernel, grid, SIMT_ARGS)
+    launch = KernelLaunch(vector, kernel, grid, SIMT_ARGS, fixed=unit_divisor(vector.units_per_row(4096, True)))
     by_name = dict(x=xt.data_ptr(), q=qt.data_ptr(), sf=sft.data_ptr(), x_row_stride=4096, rows=16, cols=4096,
                    tensor_sf_value=1.0, tensor_sf_ptr=0)
     values = tuple(by_name[name] for name in SIMT_ARGS)

@@ -31,6 +31,7 @@ from fp4q.kernels import tuning
 from fp4q.kernels.global_scale import FusedDynamicConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import KernelSpec, StrideGrid
+from fp4q.kernels.walk import unit_divisor
 from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.ops import arrays, plans, streams
 from fp4q.ops import quantize as api
@@ -41,7 +42,8 @@ SUCCESS = cu.CUresult.CUDA_SUCCESS
 PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 SM_COUNT = 132
 CTAS_PER_SM = 2
-C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
+           "f32": ctypes.c_float}
 
 
 # --------------------------------------------------------------------------------------------------- fake CuPy
@@ -282,13 +284,14 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
         groups = cols // cfg.sf_vec_size
         padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
         padded_groups = math.ceil(groups / 4) * 4 if cfg.sf_layout == "swizzled" else groups
-        if cfg.vector:  # a thread per vector_elements elements; padding rows' scales one word (4 groups) per thread
-            total = max(rows * padded_groups * cfg.sf_vec_size // cfg.vector_elements,
-                        (padded_rows - rows) * padded_groups // 4)
+        if cfg.vector:  # a thread per vector_elements elements, and per word of the last block of scales if padded
+            per_row = padded_groups * cfg.sf_vec_size // cfg.vector_elements
+            total = max(rows * per_row, padded_groups // 4 * 128 if padded_rows > rows else 0)
         else:
+            per_row = padded_groups
             total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
-        args.update(x=x_ptr, x_row_stride=row_stride, q=q.data.ptr, sf=sf.data.ptr)
+        args.update(x=x_ptr, x_row_stride=row_stride, q=q.data.ptr, sf=sf.data.ptr, **dict(unit_divisor(per_row)))
     return grid, args
 
 
@@ -975,8 +978,10 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
         q, sf, scale, names, launches = _dynamic_call(gpu, x, sf_layout=sf_layout)
         assert names == ["fp4q_quantize_fp4_dynamic"]
         args = launches[0]["args"]
+        per_row = 7168 // 16  # a multiple of 4 groups: no padding groups
         assert args == dict(x=x.data.ptr, x_row_stride=7168, q=q.data.ptr, sf=sf.data.ptr, scale=scale.data.ptr,
-                            rows=100, cols=7168, sync=FakeDriver.counter_for(None, None, 0))
+                            rows=100, cols=7168, sync=FakeDriver.counter_for(None, None, 0),
+                            **dict(unit_divisor(per_row)))
         assert scale.shape == () and scale.dtype == np.float32
         units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168, sf_layout == "swizzled")
         threads = tuning.fused_dynamic_threads(units, SM_COUNT)

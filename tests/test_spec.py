@@ -116,9 +116,9 @@ def launched(monkeypatch):
     boxes = (MapBox("m0", 1, (16, 1)), MapBox("m1", 1, (16, 1)))
     shapes = (("a", (16, 1), (16,)), ("b", (16, 1), (16,)))
 
-    def launcher(params=PACKED, names=("p", "f", "n", "s", "t")):
+    def launcher(params=PACKED, names=("p", "f", "n", "s", "t"), fixed=()):
         spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), boxes)
-        return Launcher(spec, cu.CUfunction(1), device, 1, names, map_shapes=shapes)
+        return Launcher(spec, cu.CUfunction(1), device, 1, names, map_shapes=shapes, fixed=fixed)
 
     return seen, launcher
 
@@ -155,6 +155,16 @@ def test_launcher_orders_values_by_name(launched):
     assert seen[0][3] == [0xDEAD0, 0.5, -5, 7, 0]
     with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 'x'\] are not the kernel's"):
         launcher(names=("p", "f", "n", "s", "x"))
+
+
+def test_launcher_appends_its_fixed_values_to_each_calls(launched):
+    seen, launcher = launched
+    fixed = launcher(names=("t", "p", "f"), fixed=(("s", 2**40), ("n", -5)))
+    fixed(0, False, (7, 0xDEAD0, 0.5), (0x100, 0x200))
+    fixed(0, False, (8, 0xBEEF0, 1.5), (0x100, 0x200))
+    assert [values for *_, values in seen] == [[0xDEAD0, 0.5, -5, 2**40, 7], [0xBEEF0, 1.5, -5, 2**40, 8]]
+    with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 't', 't'\] are not the kernel's"):
+        launcher(names=("t", "p", "f"), fixed=(("s", 1), ("n", 2), ("t", 3)))
 
 
 def test_launcher_wants_maps_first(launched):

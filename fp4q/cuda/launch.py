@@ -67,6 +67,9 @@ class Launcher:
     (``f32`` rounds a Python float to nearest, as a C double-to-float cast);
     the values and the map addresses are written by one ``pack_into``.
 
+    ``fixed`` holds ``(name, value)`` pairs of parameters whose values are the
+    same for every launch of this kind of call (appended to each call's).
+
     ``map_shapes`` gives, per tensor-map parameter of the spec, the argument
     it maps (for messages), its dims and byte strides, or the index of an
     earlier map parameter to pass again (for a map the kernel's flags leave
@@ -86,10 +89,10 @@ class Launcher:
 
     __slots__ = ("function", "device", "grid", "block", "smem_bytes", "pdl", "dynamic", "map_names", "value_names",
                  "order", "_map_statics", "_maps", "_maps_lock", "_pack", "_values_bytes", "_offsets", "_local",
-                 "_cu")
+                 "_cu", "_fixed")
 
     def __init__(self, spec: KernelSpec, function, device: Device, grid: int, arg_names: Sequence[str],
-                 dynamic: bool = False, map_shapes=(), pdl: bool = True) -> None:
+                 dynamic: bool = False, map_shapes=(), pdl: bool = True, fixed: Sequence[tuple] = ()) -> None:
         self.function, self.device, self.grid, self.dynamic, self.pdl = function, device, grid, dynamic, pdl
         self.block, self.smem_bytes = spec.threads, spec.smem_bytes
         kinds = [p.kind for p in spec.params]
@@ -98,7 +101,8 @@ class Launcher:
             raise ValueError(f"tensor-map parameters must come first, got {[p.name for p in spec.params]}")
         self.map_names = tuple(p.name for p in spec.params[:maps])
         self.value_names = tuple(p.name for p in spec.params[maps:])
-        names = tuple(arg_names)
+        names = tuple(arg_names) + tuple(name for name, _ in fixed)
+        self._fixed = tuple(value for _, value in fixed)
         if sorted(names) != sorted(self.value_names):
             raise ValueError(f"the arguments {sorted(names)} are not the kernel's parameters "
                              f"{sorted(self.value_names)} (tensor maps apart)")
@@ -176,6 +180,8 @@ class Launcher:
             pack, address, configs, streams = self._local.state
         except AttributeError:
             pack, address, configs, streams = self._thread_state()
+        if self._fixed:
+            values = (*values, *self._fixed)
         if self.order is not None:
             values = [values[i] for i in self.order]
         if map_pointers:

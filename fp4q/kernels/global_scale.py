@@ -15,6 +15,7 @@ from .archs import check_arch, target
 from .quantize import INPUT_DTYPES, SimtConfig
 from .rules import check_bool, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
+from .walk import UNIT_DIVISOR_PARAMS
 
 BLOCK_SIZES = (128, 256, 512, 1024)
 AMAX_UNROLL = 4  # load units per thread per loop trip in the amax kernel
@@ -78,9 +79,11 @@ class GlobalScaleConfig:
         return dataclasses.replace(self, **changes)
 
 
-FUSED_DYNAMIC_PARAMS = params(
-    ("x", "ptr"), ("x_row_stride", "i64"), ("q", "ptr"), ("sf", "ptr"), ("scale", "ptr"), ("rows", "i32"),
-    ("cols", "i32"), ("sync", "ptr"),
+FUSED_DYNAMIC_PARAMS = (
+    *params(("x", "ptr"), ("x_row_stride", "i64"), ("q", "ptr"), ("sf", "ptr"), ("scale", "ptr"), ("rows", "i32"),
+            ("cols", "i32")),
+    *UNIT_DIVISOR_PARAMS,
+    *params(("sync", "ptr")),
 )
 
 
@@ -114,6 +117,9 @@ class FusedDynamicConfig:
             ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads),)
         return simt_spec("quantize_fp4_dynamic", self.arch, constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
+
+    def units_per_row(self, cols: int, swizzled: bool) -> int:
+        return self.vector.units_per_row(cols, swizzled)
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         return self.vector.work_items(rows, cols, swizzled)

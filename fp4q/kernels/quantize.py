@@ -16,6 +16,7 @@ from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
 from .spec import (MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
                    simt_spec)
+from .walk import UNIT_DIVISOR_PARAMS
 
 WARPGROUP = 128
 SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
@@ -35,9 +36,10 @@ TMA_QUANTIZE_PARAMS = params(
 )
 # What the first loads need comes first: on the H200 the kernel then starts with one
 # constant-cache miss fewer (ncu, caches flushed, 256x2048: 4.06 -> 3.78 us).
-SIMT_QUANTIZE_PARAMS = params(
-    ("x", "ptr"), ("q", "ptr"), ("sf", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"),
-    ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
+SIMT_QUANTIZE_PARAMS = (
+    *params(("x", "ptr"), ("q", "ptr"), ("sf", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32")),
+    *UNIT_DIVISOR_PARAMS,
+    *params(("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr")),
 )
 
 
@@ -275,16 +277,20 @@ class SimtConfig:
         return simt_spec(f"quantize_fp4_{'vector' if self.vector else 'simt'}", self.arch, constants,
                          quantize_flags(self), SIMT_QUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
+    def units_per_row(self, cols: int, swizzled: bool) -> int:
+        """The work units of one row that the kernel's walk visits (its divisor): one per
+        group of the scale domain, or per vector_elements elements of it for the vector kernel."""
+        return _domain_groups(cols // self.sf_vec_size, swizzled) * (
+            self.sf_vec_size // self.vector_elements if self.vector else 1)
+
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""
-        groups = cols // self.sf_vec_size
-        domain_groups = -(-groups // 4) * 4 if swizzled else groups
         padded_rows = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS if swizzled else rows
         if not self.vector:  # a thread per group of the padded scale domain
-            return padded_rows * domain_groups
-        # A thread per vector_elements elements; zero-scale words of the padding rows are shared out too.
-        padding_words = (padded_rows - rows) * domain_groups // 4
-        return max(rows * domain_groups * (self.sf_vec_size // self.vector_elements), padding_words)
+            return padded_rows * self.units_per_row(cols, swizzled)
+        # The words of the last 128-row block of scales, where the padding rows are, are shared out too.
+        padding_words = _domain_groups(cols // self.sf_vec_size, swizzled) // 4 * SF_BLOCK_ROWS
+        return max(rows * self.units_per_row(cols, swizzled), padding_words if padded_rows > rows else 0)
 
     @property
     def op(self) -> str:
@@ -292,6 +298,11 @@ class SimtConfig:
 
     def replace(self, **changes) -> "SimtConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _domain_groups(groups: int, swizzled: bool) -> int:
+    """The groups per row of the scale domain: padded to a multiple of 4 when swizzled."""
+    return align_up(groups, 4) if swizzled else groups
 
 
 def default_config(arch: str = "sm_90a") -> QuantizeConfig:

@@ -58,9 +58,9 @@ class KernelLaunch(Launcher):
     __slots__ = ("config", "kernel")
 
     def __init__(self, config, kernel: LoadedKernel, grid: int, arg_names: tuple[str, ...], dynamic: bool = False,
-                 map_shapes=()) -> None:
+                 map_shapes=(), fixed=()) -> None:
         # A kernel built without griddepcontrol must not start before its predecessor ends.
         super().__init__(kernel.spec, kernel.function, kernel.device, grid, arg_names, dynamic, map_shapes,
-                         target(kernel.spec.arch).features.pdl)
+                         target(kernel.spec.arch).features.pdl, fixed)
         self.config = config
         self.kernel = kernel

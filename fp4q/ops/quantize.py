@@ -18,6 +18,7 @@ from ..jit.loader import get_kernel
 from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import MX_MODES, SF_LAYOUTS, QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_threads
+from ..kernels.walk import unit_divisor
 from .arrays import (
     INPUT_DTYPES,
     NO_TENSOR_SCALE,
@@ -158,7 +159,7 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
     rows, cols = view.rows, view.width
     if isinstance(cfg, SimtConfig):
         grid = cfg.spec.grid.size(cfg.work_items(rows, cols, swizzled), dev.sm_count, kernel.ctas_per_sm)
-        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS)
+        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS, fixed=unit_divisor(cfg.units_per_row(cols, swizzled)))
     grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
     k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
     map_shapes = (
@@ -180,7 +181,8 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     kernel = get_kernel(cfg.spec, dev.ordinal)
     grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
     # dynamic=True: the launch takes its stream's counter (tile_tickets) as the grid barrier's.
-    return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True)
+    return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True,
+                        fixed=unit_divisor(cfg.units_per_row(plan.cols, plan.swizzled)))
 
 
 def _fused_dynamic(plan: _Plan, x_ptr: int, q_ptr: int, sf_ptr: int, aligned: bool, handle: int, sf_layout, config,

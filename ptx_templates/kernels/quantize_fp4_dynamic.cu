@@ -17,12 +17,14 @@
 // barrier, must not cost the one-wave grid threads through registers.
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS_PER_SM)
 fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf,
-                          float* __restrict__ scale, i32 rows, i32 cols, u32* __restrict__ sync) {
+                          float* __restrict__ scale, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
+                          u32* __restrict__ sync) {
     const int groups = cols / SF_VEC;
     bool live;
     u32 w[4 * VEC_LOADS];
     // The previous kernel may write x, still read q, sf or scale, and use the counter.
-    const RowWalk first = load_first_unit(x, x_row_stride, rows, groups, [] { pdl_wait(); }, live, w);
+    const RowWalk first = load_first_unit(x, x_row_stride, rows, groups, unit_magic, unit_shift,
+                                          [] { pdl_wait(); }, live, w);
     float amax = amax_packed(w);
     RowWalk unit = first;
     for (unit.advance(); unit.row < rows; unit.advance()) {

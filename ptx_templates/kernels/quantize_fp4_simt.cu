@@ -16,12 +16,11 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     simt_quantize_prologue();
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
-    const int domain_groups = sf_domain_groups(groups);
-    const i64 total = sf_domain_rows(rows) * domain_groups;
-    for (i64 idx = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; idx < total;
-         idx += static_cast<i64>(gridDim.x) * blockDim.x) {
-        const i64 m = idx / domain_groups;
-        const int j = static_cast<int>(idx % domain_groups);
+    const i64 domain_rows = sf_domain_rows(rows);
+    const Divisor per_row{static_cast<u32>(sf_domain_groups(groups)), unit_magic, unit_shift};
+    for (RowWalk unit(grid_thread(), grid_threads(), per_row); unit.row < domain_rows; unit.advance()) {
+        const i64 m = unit.row;
+        const int j = unit.col;
         u32 sf_byte = 0;
         if (m < rows && j < groups) {
             const u16* src = x + m * x_row_stride + static_cast<i64>(j) * SF_VEC;

@@ -1,16 +1,19 @@
 // What the two SIMT quantize kernels (vector and plain) share: one launch
-// ABI (SIMT_QUANTIZE_PARAMS in fp4q/kernels/quantize.py), and one prologue.
+// ABI (SIMT_QUANTIZE_PARAMS in fp4q/kernels/quantize.py; unit_magic and
+// unit_shift divide by the units per row of their walk, the host's
+// SimtConfig.units_per_row), and one prologue.
 #pragma once
 #include "layout/scale_layout.cuh"
 #include "numerics/amax.cuh"
 #include "numerics/quantize_group.cuh"
 #include "numerics/tensor_scale.cuh"
 #include "pipeline/pdl.cuh"
+#include "pipeline/row_walk.cuh"
 #include "ptx/global_memory.cuh"
 
 #define FP4Q_SIMT_QUANTIZE_PARAMS                                                                 \
     const u16* __restrict__ x, u8* __restrict__ q, u8* __restrict__ sf, i64 x_row_stride, i32 rows, \
-        i32 cols, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr
+        i32 cols, u32 unit_magic, u32 unit_shift, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr
 
 // The previous kernel may write x or tensor_sf and still read q and sf: wait
 // for it, then let the next kernel start its own prologue. The tensor scale

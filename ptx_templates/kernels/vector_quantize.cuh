@@ -26,14 +26,20 @@ FP4Q_DEVICE void load_vector(const u16* p, u32 (&w)[4 * VEC_LOADS]) {
 }
 
 // Zero scales for the rows from `rows` up to the next multiple of 128 (the
-// swizzled layout's padding): four groups of one row are one aligned word.
+// swizzled layout's padding), all in the last 128-row block of scales. In
+// each of its 512-byte blocks, word w (the four groups of one row) holds
+// row (w % 4) * 32 + w / 4 (layout/scale_layout.cuh), so the grid walks the
+// words of those blocks in order, by shifts and masks instead of a
+// division, and writes the padding rows' words.
 FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups) {
     if constexpr (FP4Q_SF_SWIZZLED) {
-        const int words_per_row = sf_domain_groups(groups) / 4;
-        const i64 pad_rows = sf_domain_rows(rows) - rows;
-        if (pad_rows == 0) return;  // without the walk's divisions
-        for (RowWalk p(grid_thread(), grid_threads(), words_per_row); p.row < pad_rows; p.advance()) {
-            st_global_u32(sf + sf_index(rows + p.row, p.col * 4, groups), 0u);
+        const u32 first_padding_row = static_cast<u32>(rows) % 128;
+        if (first_padding_row == 0) return;
+        const u32 words = static_cast<u32>(sf_domain_groups(groups)) / 4 * 128;
+        u8* block_row = sf + sf_index(rows - static_cast<i32>(first_padding_row), 0, groups);
+        for (u32 i = grid_thread(); i < words; i += grid_threads()) {
+            const u32 w = i % 128;
+            if ((w % 4) * 32 + w / 4 >= first_padding_row) st_global_u32(block_row + 4 * static_cast<u64>(i), 0u);
         }
     }
 }
@@ -53,12 +59,16 @@ FP4Q_DEVICE void load_unit(const u16* __restrict__ x, i64 x_row_stride, const Ro
 }
 
 // This thread's first unit in the walk that quantize_units takes, its
-// elements loaded into w (`live`: unit_live of it). `prologue()` runs
-// before the load, once the indices are known.
+// elements loaded into w (`live`: unit_live of it). unit_magic and
+// unit_shift divide by the units per row (the host's
+// SimtConfig.units_per_row). `prologue()` runs before the load, once the
+// indices are known.
 template <typename Prologue>
 FP4Q_DEVICE RowWalk load_first_unit(const u16* __restrict__ x, i64 x_row_stride, i32 rows, int groups,
-                                    Prologue prologue, bool& live, u32 (&w)[4 * VEC_LOADS]) {
-    const RowWalk unit(grid_thread(), grid_threads(), sf_domain_groups(groups) * THREADS_PER_GROUP);
+                                    u32 unit_magic, u32 unit_shift, Prologue prologue, bool& live,
+                                    u32 (&w)[4 * VEC_LOADS]) {
+    const Divisor per_row{static_cast<u32>(sf_domain_groups(groups) * THREADS_PER_GROUP), unit_magic, unit_shift};
+    const RowWalk unit(grid_thread(), grid_threads(), per_row);
     prologue();
     live = unit_live(unit, rows, groups);
     load_unit(x, x_row_stride, unit, live, w);
@@ -111,11 +121,12 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
 // instead of following them.
 template <typename Prologue, typename GetScale>
 FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                                 u8* __restrict__ sf, i32 rows, i32 cols, Prologue prologue, GetScale get_scale) {
+                                 u8* __restrict__ sf, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
+                                 Prologue prologue, GetScale get_scale) {
     const int groups = cols / SF_VEC;
     bool live;
     u32 w[4 * VEC_LOADS];
-    const RowWalk unit = load_first_unit(x, x_row_stride, rows, groups, prologue, live, w);
+    const RowWalk unit = load_first_unit(x, x_row_stride, rows, groups, unit_magic, unit_shift, prologue, live, w);
     write_padding_scales(sf, rows, groups);
     quantize_units(x, x_row_stride, q, sf, rows, cols, unit, live, w, get_scale());
 }

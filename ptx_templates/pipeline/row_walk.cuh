@@ -2,9 +2,24 @@
 // pairs: one thread visits index first, first + stride, ... The pair is
 // advanced by the stride's own (row, col) step with a carry, so a step
 // costs two adds and a compare where dividing the flat index would cost a
-// 64-bit division; the two 32-bit divisions happen once, at the start.
+// 64-bit division; the two divisions by per_row happen once, at the start.
 #pragma once
 #include "ptx/types.cuh"
+
+// Division by d of every n below 2^31 as one wide multiply and a shift,
+// with magic = ceil(2^shift / d) and shift = 31 + ceil(log2 d) from the host
+// (fp4q/kernels/walk.py): magic * d exceeds 2^shift by less than d, so
+// n * magic / 2^shift exceeds n / d by less than n / 2^shift < 1 / d
+// (2^shift >= 2^31 * d) and its floor is n / d. Where a kernel takes them
+// as launch parameters, a division costs two instructions instead of a
+// 32-bit division's twenty.
+struct Divisor {
+    u32 d;
+    u32 magic;
+    u32 shift;
+
+    FP4Q_DEVICE u32 quotient(u32 n) const { return static_cast<u32>((static_cast<u64>(n) * magic) >> shift); }
+};
 
 struct RowWalk {
     i64 row;
@@ -20,6 +35,15 @@ struct RowWalk {
           per_row(per_row_),
           row_step(stride / static_cast<u32>(per_row_)),
           col_step(static_cast<int>(stride % static_cast<u32>(per_row_))) {}
+
+    // The same walk with the divisions by per_row (div.d) as div's multiplies;
+    // first and stride below 2^31.
+    FP4Q_DEVICE RowWalk(u32 first, u32 stride, const Divisor& div)
+        : row(div.quotient(first)),
+          col(static_cast<int>(first - div.quotient(first) * div.d)),
+          per_row(static_cast<int>(div.d)),
+          row_step(div.quotient(stride)),
+          col_step(static_cast<int>(stride - div.quotient(stride) * div.d)) {}
 
     FP4Q_DEVICE void advance() {
         row += row_step;
