@@ -564,6 +564,8 @@ def _unservable(cp, obstacle):
                    id=f"tma-{o}") for o in ("k48", "x_misaligned", "row_stride", "out_misaligned")],
     *[pytest.param(SimtConfig(vector=True), o, ("config is a vector SimtConfig", "16-byte loads cannot serve"),
                    id=f"vector-{o}") for o in ("x_misaligned", "row_stride", "out_misaligned")],
+    pytest.param(SimtConfig(vector=True, vector_elements=32), "k48",
+                 ("config.vector_elements=32", "quantizes 2 whole groups per unit"), id="vector-x32-k48"),
 ])
 def test_explicit_config_on_a_call_its_kernel_cannot_serve(config, obstacle, rule, path):
     cp = _cp()

@@ -15,7 +15,7 @@ from fp4q.kernels.spec import Swizzle
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
-TEMPLATES = ("ptx/types.cuh", "numerics/quantize_chunk64.cuh", "kernels/quantize_fp4_tma.cu",
+TEMPLATES = ("ptx/types.cuh", "numerics/quantize_group.cuh", "kernels/quantize_fp4_tma.cu",
              "kernels/quantize_fp4_simt.cu", "kernels/numerics_probe.cu")
 
 
@@ -223,15 +223,16 @@ def test_render_vector(sf_vec_size, layout):
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
     assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
-    eight = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, vector=True, vector_elements=8).spec)
-    assert constants(eight.source)["VEC_ELEMS"] == 8
+    for elements in (8, 32):
+        other = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, vector=True, vector_elements=elements).spec)
+        assert constants(other.source)["VEC_ELEMS"] == elements
 
 
 def test_vector_elements_rules():
     assert SimtConfig(vector=True).vector_elements == 16 and SimtConfig().vector_elements == 8
     assert SimtConfig(vector=True) == SimtConfig(vector=True, vector_elements=16)  # one config, one cache entry
-    with pytest.raises(ValueError, match=r"vector_elements must be one of 8, 16, got 32"):
-        SimtConfig(vector=True, vector_elements=32)
+    with pytest.raises(ValueError, match=r"vector_elements must be one of 8, 16, 32, got 64"):
+        SimtConfig(vector=True, vector_elements=64)
     with pytest.raises(ValueError, match=r"with vector=False it must be 8, got 16"):
         SimtConfig(vector_elements=16)
 

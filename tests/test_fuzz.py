@@ -334,6 +334,7 @@ CONFIGS = st.one_of(
     st.sampled_from([c for _, c in sorted({**SHIPPED, **SIMT}.items()) if getattr(c, "sf_vec_size", 16) == 16]),
     random_tma_configs(),
     st.sampled_from([SimtConfig(threads=t, vector=v) for t in (64, 128, 256, 512, 1024) for v in (False, True)]),
+    st.sampled_from([SimtConfig(threads=t, vector=True, vector_elements=32) for t in (64, 256, 1024)]),
 )
 
 
@@ -461,6 +462,10 @@ def check_gpu_case(case, cp, streams):
         return
     if isinstance(case.config, SimtConfig) and case.config.vector and case.alignment_obstacle(x):
         with pytest.raises(ValueError, match="16-byte loads cannot serve"):
+            fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)
+        return
+    if isinstance(case.config, SimtConfig) and case.config.vector_elements == 32 and case.m > 0 and case.k % 32:
+        with pytest.raises(ValueError, match="quantizes 2 whole groups per unit"):
             fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)
         return
     q, sf = fp4q.quantize_nvfp4(x, tsf_arg, **kwargs)

@@ -380,6 +380,19 @@ def test_small_inputs_launch_the_vector_kernel(vector_kernel_for_small_inputs, s
     assert gpu.checked == 1
 
 
+@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
+def test_vector_units_of_two_groups(gpu, sf_layout):
+    cp = gpu.cupy
+    config = SimtConfig(vector=True, vector_elements=32)
+    x = cp.array((33, 96))  # six groups: three units per row, linear; eight groups, four units, swizzled
+    for _ in range(2):
+        q, sf, launch = call(gpu, x, 2.0, config=config, sf_layout=sf_layout)
+        check_launch(launch, SimtConfig, x, q, sf, 2.0, 0, True)
+    with pytest.raises(ValueError, match=r"config.vector_elements=32 quantizes 2 whole groups per unit: "
+                                         r"K=48 is not a multiple of 32"):
+        call(gpu, cp.array((4, 48)), config=config, sf_layout=sf_layout)
+
+
 def test_misaligned_small_inputs_launch_the_plain_simt_kernel(vector_kernel_for_small_inputs):
     gpu = vector_kernel_for_small_inputs
     cp = gpu.cupy

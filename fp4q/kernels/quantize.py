@@ -232,11 +232,12 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
 class SimtConfig:
     """The kernels without TMA or shared memory.
 
-    ``vector=True``: ``vector_elements`` (16, the default, or 8) elements per
-    thread in two or one 16-byte loads, the threads of a group combining
-    their amax by warp shuffles; the fastest kernel for small and serving
-    inputs, and it serves any K, but needs x's rows, ``out`` and ``sf_out``
-    16-byte aligned. ``vector=False``: one thread per group with 2-byte
+    ``vector=True``: ``vector_elements`` (16, the default, 8 or 32) elements
+    per thread and step, in two, one or four 16-byte loads; the threads of a
+    group combine their amax by warp shuffles, or a thread quantizes two
+    whole NVFP4 groups (32 elements, where K must be a multiple of 32). The
+    fastest kernel for small and serving inputs; it needs x's rows, ``out``
+    and ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with 2-byte
     loads, for any pointer alignment and row stride (``vector_elements``
     is 8 there, the element count of its loads' unit).
     """
@@ -263,7 +264,7 @@ class SimtConfig:
         if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs
             object.__setattr__(self, "vector_elements", 16 if self.vector else 8)
         if self.vector:
-            check_choice("vector_elements", self.vector_elements, (8, 16))
+            check_choice("vector_elements", self.vector_elements, (8, 16, 32))
         else:
             require(self.vector_elements == 8 and type(self.vector_elements) is int,
                     f"vector_elements is the vector kernel's (vector=True); with vector=False it must be 8, "
@@ -280,8 +281,8 @@ class SimtConfig:
     def units_per_row(self, cols: int, swizzled: bool) -> int:
         """The work units of one row that the kernel's walk visits (its divisor): one per
         group of the scale domain, or per vector_elements elements of it for the vector kernel."""
-        return _domain_groups(cols // self.sf_vec_size, swizzled) * (
-            self.sf_vec_size // self.vector_elements if self.vector else 1)
+        domain_groups = _domain_groups(cols // self.sf_vec_size, swizzled)
+        return domain_groups * self.sf_vec_size // self.vector_elements if self.vector else domain_groups
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""

@@ -66,8 +66,10 @@ SIMT: dict[str, SimtConfig] = {
     "vec_128": SimtConfig(threads=128, vector=True),
     "vec_256": SimtConfig(vector=True),
     "vec_128_x8": SimtConfig(threads=128, vector=True, vector_elements=8),
+    "vec_128_x32": SimtConfig(threads=128, vector=True, vector_elements=32),
     "mx_vec_128": SimtConfig(threads=128, sf_vec_size=32, vector=True),
     "mx_vec_256": SimtConfig(sf_vec_size=32, vector=True),
+    "mx_vec_128_x32": SimtConfig(threads=128, sf_vec_size=32, vector=True, vector_elements=32),
     "mx_vec_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor", vector=True),
 }
 

@@ -1,11 +1,13 @@
 // The vector kernel's work, shared by the vector kernel and the dynamic
-// (single-pass) kernel: each thread quantizes VEC_ELEMS (8 or 16)
-// consecutive elements, one or two 16-byte loads issued before any
-// arithmetic; the SF_VEC / VEC_ELEMS threads of a group sit in adjacent
-// lanes and agree on its amax through butterfly shuffles; under the
-// swizzled layout the padding rows' scales are written as zeros. Needs x
-// rows and the outputs 16-byte aligned. The including kernel defines
-// SF_VEC and VEC_ELEMS.
+// (single-pass) kernel: each thread quantizes units of VEC_ELEMS (8, 16 or
+// 32) consecutive elements, its one to four 16-byte loads issued before any
+// arithmetic. A unit holds whole groups (UNIT_GROUPS of them) or a share of
+// one: then the THREADS_PER_GROUP threads of a group sit in adjacent lanes
+// and agree on its amax through butterfly shuffles. Under the swizzled
+// layout the padding rows' scales are written as zeros. Needs x rows and
+// the outputs 16-byte aligned, and, for units of two groups, an even number
+// of groups per row (the host's rule). The including kernel defines SF_VEC
+// and VEC_ELEMS.
 #pragma once
 #include "layout/scale_layout.cuh"
 #include "numerics/amax.cuh"
@@ -15,9 +17,12 @@
 #include "ptx/global_memory.cuh"
 #include "ptx/sync.cuh"
 
-constexpr int THREADS_PER_GROUP = SF_VEC / VEC_ELEMS;
+constexpr int THREADS_PER_GROUP = SF_VEC > VEC_ELEMS ? SF_VEC / VEC_ELEMS : 1;
+constexpr int UNIT_GROUPS = VEC_ELEMS > SF_VEC ? VEC_ELEMS / SF_VEC : 1;
 constexpr int VEC_LOADS = VEC_ELEMS / 8;  // 16-byte loads per thread
-static_assert((VEC_ELEMS == 8 || VEC_ELEMS == 16) && SF_VEC % VEC_ELEMS == 0, "8 or 16 elements of one group");
+static_assert((VEC_ELEMS == 8 || VEC_ELEMS == 16 || VEC_ELEMS == 32) &&
+                  (SF_VEC % VEC_ELEMS == 0 || VEC_ELEMS % SF_VEC == 0),
+              "8, 16 or 32 elements: whole groups or a share of one");
 
 // The VEC_ELEMS elements at p, as packed pairs.
 FP4Q_DEVICE void load_vector(const u16* p, u32 (&w)[4 * VEC_LOADS]) {
@@ -45,9 +50,13 @@ FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups)
 }
 
 // The units of a row are VEC_ELEMS elements each, over the scale domain's
-// groups: unit (row, col) holds group col / THREADS_PER_GROUP.
+// groups: unit (row, col) starts in group unit_group(col).
+FP4Q_DEVICE int unit_group(int col) { return col / THREADS_PER_GROUP * UNIT_GROUPS; }
+
+FP4Q_DEVICE int units_per_row(int groups) { return sf_domain_groups(groups) * THREADS_PER_GROUP / UNIT_GROUPS; }
+
 FP4Q_DEVICE bool unit_live(const RowWalk& unit, i32 rows, int groups) {
-    return unit.row < rows && unit.col / THREADS_PER_GROUP < groups;
+    return unit.row < rows && unit_group(unit.col) < groups;
 }
 
 // The unit's elements, or zeros for a unit outside x.
@@ -67,7 +76,7 @@ template <typename Prologue>
 FP4Q_DEVICE RowWalk load_first_unit(const u16* __restrict__ x, i64 x_row_stride, i32 rows, int groups,
                                     u32 unit_magic, u32 unit_shift, Prologue prologue, bool& live,
                                     u32 (&w)[4 * VEC_LOADS]) {
-    const Divisor per_row{static_cast<u32>(sf_domain_groups(groups) * THREADS_PER_GROUP), unit_magic, unit_shift};
+    const Divisor per_row{static_cast<u32>(units_per_row(groups)), unit_magic, unit_shift};
     const RowWalk unit(grid_thread(), grid_threads(), per_row);
     prologue();
     live = unit_live(unit, rows, groups);
@@ -84,29 +93,28 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
     // The loop runs while any lane of the warp has a row (the first lane has
     // the lowest), so that every lane takes part in each shuffle.
     while (vote_sync_any_pred(unit.row < rows)) {
-        // NaN or infinite when one of this thread's elements is: then the
-        // NaN-dropping maximum, and one of the slower e2m1 variants.
-        float amax = amax_nan(w);
-        const bool finite = is_finite(amax);
-        if (__builtin_expect(!finite, 0)) amax = amax_packed(w);
+        const auto out = quantize_run<SF_VEC, 4 * VEC_LOADS>(w, tsf.value, tsf.rcp, [](float amax) {
 #pragma unroll
-        for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
-            amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
-        }
-        float inv;
-        const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
+            for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
+                amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
+            }
+            return amax;
+        });
         if (live) {
-            u32 codes[VEC_LOADS];
-            quantize_e2m1_words<VEC_LOADS>(w, [&](int) { return inv; }, finite, mul_rn(amax, inv), inv, codes);
             u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
-                st_global_u32(dst, codes[0]);
+                st_global_u32(dst, out.q[0]);
+            } else if constexpr (VEC_LOADS == 2) {
+                st_global_v2(dst, out.q[0], out.q[1]);
             } else {
-                st_global_v2(dst, codes[0], codes[1]);
+                st_global_v4(dst, out.q[0], out.q[1], out.q[2], out.q[3]);
             }
         }
+        // A dead unit of the scale domain (a padding group) gets zero scales.
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
-            sf[sf_index(unit.row, unit.col / THREADS_PER_GROUP, groups)] = static_cast<u8>(live ? sf_byte : 0u);
+            u8* dst = sf + sf_index(unit.row, unit_group(unit.col), groups);
+#pragma unroll
+            for (int g = 0; g < UNIT_GROUPS; ++g) dst[g] = static_cast<u8>(live ? out.sf >> (8 * g) : 0u);
         }
         unit.advance();
         live = unit_live(unit, rows, groups);

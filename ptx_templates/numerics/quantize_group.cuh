@@ -21,6 +21,12 @@ FP4Q_DEVICE u32 group_scale_byte(float amax, float tensor_sf, float rcp_tensor_s
     }
 }
 
+// Words g * N .. g * N + N - 1 of w: group g's packed inputs.
+template <int N, int WORDS>
+FP4Q_DEVICE const u32 (&words_of(const u32 (&w)[WORDS], int g))[N] {
+    return *reinterpret_cast<const u32(*)[N]>(w + g * N);
+}
+
 // Eight packed inputs times `inv` to one word of eight e2m1 codes.
 template <bool INPUT_SIGNS = false, bool CLAMP = true>
 FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
@@ -56,4 +62,64 @@ FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bo
     } else {
         quantize_e2m1_words_as<false, true>(w, inv_of, q);
     }
+}
+
+// A run of 2 * WORDS consecutive elements of one row, packed inputs w, to
+// codes and scale bytes: whole groups (1, 2 or 4 of them), or one thread's
+// share of a group whose other shares sit in adjacent lanes. `combine`
+// returns a group's amax from this run's share of it (identity for whole
+// groups); every lane of the warp calls it together. Which e2m1 variant is
+// exact is decided once per run (quantize_e2m1_words).
+template <int SF_VEC, int WORDS>
+struct QuantizedRun {
+    static constexpr int GROUPS = 2 * WORDS >= SF_VEC ? 2 * WORDS / SF_VEC : 1;
+    static_assert(GROUPS <= 4 && WORDS % 4 == 0, "up to four scale bytes, whole words of codes");
+    u32 q[WORDS / 4];
+    u32 sf;  // the groups' scale bytes, group 0 in the low byte
+};
+
+template <int SF_VEC, int WORDS, typename Combine>
+FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], float tensor_sf, float rcp_tensor_sf,
+                                                     Combine combine) {
+    using Run = QuantizedRun<SF_VEC, WORDS>;
+    constexpr int GROUPS = Run::GROUPS;
+    constexpr int GROUP_WORDS = WORDS / GROUPS;
+    float amax[GROUPS];
+    float largest;  // NaN if any element is
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+        amax[g] = amax_nan(words_of<GROUP_WORDS>(w, g));
+        largest = g == 0 ? amax[0] : max_nan_f32(largest, amax[g]);
+    }
+    const bool finite = is_finite(largest);
+    if (__builtin_expect(!finite, 0)) {
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) amax[g] = amax_packed(words_of<GROUP_WORDS>(w, g));
+    }
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) amax[g] = combine(amax[g]);
+    float inv[GROUPS];
+    Run out;
+    out.sf = 0;
+    if constexpr (SF_VEC == 16 && GROUPS % 2 == 0) {
+#pragma unroll
+        for (int g = 0; g < GROUPS; g += 2) {
+            out.sf |= nvfp4_scale_pair(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, inv[g], inv[g + 1]) << (8 * g);
+        }
+    } else {
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+            out.sf |= group_scale_byte<SF_VEC>(amax[g], tensor_sf, rcp_tensor_sf, inv[g]) << (8 * g);
+        }
+    }
+    float largest_inv = inv[0];
+    float largest_scaled = mul_rn(amax[0], inv[0]);
+#pragma unroll
+    for (int g = 1; g < GROUPS; ++g) {
+        largest_inv = max_nan_f32(largest_inv, inv[g]);
+        largest_scaled = max_nan_f32(largest_scaled, mul_rn(amax[g], inv[g]));
+    }
+    quantize_e2m1_words<WORDS / 4>(w, [&](int i) { return inv[i * 4 / GROUP_WORDS]; }, finite, largest_scaled,
+                                   largest_inv, out.q);
+    return out;
 }
