@@ -95,7 +95,7 @@ MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.
 @pytest.mark.parametrize("device_sf", [False, True])
 def test_every_shipped_config(name, sf_layout, device_sf):
     rng = np.random.default_rng(11)
-    for m, k in [(129, 2176), (1000, 512), (5, 64), (300, 7168)]:
+    for m, k in [(129, 2176), (1000, 512), (5, 64), (300, 7168), (7, 96)]:  # 96: six groups, two of padding
         x = random_bf16((m, k), rng, specials=0.01)
         _run_and_check(x, reference.global_scale(x), sf_layout, device_sf, config=VARIANTS[name])
 
@@ -284,7 +284,7 @@ def test_mxfp4_configs_on_groups_that_mix_the_conversion_paths(name):
 def test_mxfp4_shipped_configs(name, sf_layout):
     cfg = MX_VARIANTS[name]
     rng = np.random.default_rng(23)
-    for m, k in [(129, 2176), (5, 128), (300, 4096)]:
+    for m, k in [(129, 2176), (5, 128), (300, 4096), (7, 96)]:  # 96: three groups, one of padding
         _check_mx(random_bf16((m, k), rng, specials=0.01), cfg.mx_mode, sf_layout, config=cfg)
 
 

@@ -40,15 +40,32 @@ def table_path(arch: str) -> pathlib.Path:
 
 
 # Inputs of fewer elements (M*K) than this run the vector kernel where the
-# table gives no crossover of its own (for NVFP4; MXFP4 always takes this
-# one). On the H200, with 16 elements per thread, the vector kernel beat the
-# default TMA config at every measured shape up to 1024x4096 and lost from
-# 2048x7168 on (docs/performance.md, "Serving sizes"); that is still the
-# MXFP4 crossover (2048x4096 vector 1.32x of a copy against 1.43x for the
-# TMA config, 4096x7168 1.32x against 1.24x). The NVFP4 vector kernel has
-# since become faster, and the sm_90a table records its own crossover.
+# table gives no crossover of its own for the format. On the H200, with 16
+# elements per thread, the vector kernel beat the default TMA config at every
+# measured shape up to 1024x4096 and lost from 2048x7168 on
+# (docs/performance.md, "Serving sizes"). The sm_90a table records each
+# format's own crossover since the vector kernels became faster.
 VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
+
+# Elements per thread of the vector kernel. On the H200 (docs/performance.md,
+# "Units of 8, 16 and 32 elements"), time / copy: NVFP4 with 8 elements (two
+# threads per group, each with half the dependent chain) at 1x4096 1.132
+# against 1.144 with 16, at 16x4096 1.106 against 1.136, and worse from
+# 128x7168 on (1.232 against 1.204); NVFP4 with 32 (two groups per thread)
+# was slower at every size (1024x4096 1.321 against 1.194). MXFP4 with 32
+# (a whole group per thread, no shuffles) against 16: 1x4096 1.180 / 1.139,
+# 1024x4096 1.233 / 1.248, 4096x7168 1.129 / 1.298, 8192x8192 1.062 / 1.219.
+VECTOR_X8_MAX_ELEMENTS = 1 << 16
+MX_VECTOR_X32_MIN_ELEMENTS = 1 << 22
+
+
+def vector_elements(m: int, k: int, sf_vec_size: int) -> int:
+    """The vector kernel's elements per thread for an ``m x k`` input of this format."""
+    if sf_vec_size == 32:
+        return 32 if m * k >= MX_VECTOR_X32_MIN_ELEMENTS else 16
+    return 8 if m * k <= VECTOR_X8_MAX_ELEMENTS else 16
+
 
 # tensor_sf="dynamic" runs one launch (amax, a grid barrier, then the vector
 # kernel's work, a thread's first unit kept in registers and any later one
@@ -108,9 +125,10 @@ def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
 
 
 def vector_max_elements(arch: str, sf_vec_size: int = 16) -> int:
-    """Below this many elements the vector kernel is chosen: for NVFP4 the table's measured
-    crossover (the table is NVFP4's), else VECTOR_MAX_ELEMENTS."""
-    value = _table_json(arch).get("vector_max_elements") if sf_vec_size == 16 else None
+    """Below this many elements the vector kernel is chosen: the table's measured crossover
+    for the format (``vector_max_elements`` for NVFP4, ``mx_vector_max_elements`` for
+    MXFP4), else VECTOR_MAX_ELEMENTS."""
+    value = _table_json(arch).get("vector_max_elements" if sf_vec_size == 16 else "mx_vector_max_elements")
     return value if isinstance(value, int) and value > 0 else VECTOR_MAX_ELEMENTS
 
 
@@ -119,7 +137,8 @@ def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeC
     """The config for an ``m x k`` input: the vector kernel for small inputs, else the
     tuned (NVFP4) or default TMA config; the vector kernel for every input where ``arch`` has no TMA."""
     if m * k < vector_max_elements(arch, sf_vec_size) or not target(arch).features.tma:
-        return SimtConfig(threads=VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size, arch=arch)
+        return SimtConfig(threads=VECTOR_THREADS, vector=True, vector_elements=vector_elements(m, k, sf_vec_size),
+                          sf_vec_size=sf_vec_size, arch=arch)
     if sf_vec_size == 32:
         return default_mx_config(arch)
     return tuned_table(arch).get(shape_class(m, k)) or default_config(arch)
