@@ -287,11 +287,12 @@ class SimtConfig:
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""
         padded_rows = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS if swizzled else rows
+        per_row = self.units_per_row(cols, swizzled)
         if not self.vector:  # a thread per group of the padded scale domain
-            return padded_rows * self.units_per_row(cols, swizzled)
+            return padded_rows * per_row
         # The words of the last 128-row block of scales, where the padding rows are, are shared out too.
         padding_words = _domain_groups(cols // self.sf_vec_size, swizzled) // 4 * SF_BLOCK_ROWS
-        return max(rows * self.units_per_row(cols, swizzled), padding_words if padded_rows > rows else 0)
+        return max(rows * per_row, padding_words if padded_rows > rows else 0)
 
     @property
     def op(self) -> str:

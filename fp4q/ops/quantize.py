@@ -129,10 +129,10 @@ def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode
         if config.vector and obstacle is not None:
             raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
                              f"{obstacle}")
-        units = config.vector_elements
-        if config.vector and units > config.sf_vec_size and view.width % units:
-            raise ValueError(f"config.vector_elements={units} quantizes {units // config.sf_vec_size} whole groups "
-                             f"per unit: K={view.width} is not a multiple of {units}")
+        elements = config.vector_elements
+        if config.vector and elements > config.sf_vec_size and view.width % elements:
+            raise ValueError(f"config.vector_elements={elements} quantizes {elements // config.sf_vec_size} whole "
+                             f"groups per unit: K={view.width} is not a multiple of {elements}")
         return config.replace(**call)
     if isinstance(config, QuantizeConfig):
         if view.width % 32:
