@@ -51,11 +51,15 @@ FP4Q_DEVICE void quantize_e2m1_words_as(const u32 (&w)[4 * WORDS], InvOf inv_of,
 // checks: `finite` says no input is NaN or infinite; `largest_scaled` is
 // the largest amax * inv of their groups, which bounds every |x * inv|
 // (rounding is monotone) and is NaN when an inv is NaN or infinite, or
-// 0 * Inf; `largest_inv` is the largest inv.
+// 0 * Inf; `largest_inv` is the largest inv. The conversion instruction is
+// exact for every product, so with it there is nothing to decide and one
+// copy of the code.
 template <int WORDS, typename InvOf>
 FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bool finite, float largest_scaled,
                                      float largest_inv, u32 (&q)[WORDS]) {
-    if (__builtin_expect(finite & (largest_scaled < 7.0f), 1)) {
+    if constexpr (FP4Q_HAS_CVT_E2M1) {
+        quantize_e2m1_words_as<false, true>(w, inv_of, q);
+    } else if (__builtin_expect(finite & (largest_scaled < 7.0f), 1)) {
         quantize_e2m1_words_as<true, false>(w, inv_of, q);
     } else if (finite & is_finite(largest_inv)) {
         quantize_e2m1_words_as<true, true>(w, inv_of, q);
