@@ -2,7 +2,7 @@
 """Two (or more) fp4q source trees side by side in one run: host time per call
 and device time per op, through the public API only.
 
-    python scripts/ab_trees.py OLD_TREE NEW_TREE [--shapes 16x4096,1024x4096,8192x8192]
+    python scripts/ab_trees.py OLD_TREE NEW_TREE [--shapes 16x4096,1024x4096,8192x8192] [--ops REGEX]
 
 Each tree (a directory holding ``fp4q/`` and ``ptx_templates/``) is imported
 by its own child process, which stays alive for the whole run and measures
@@ -15,7 +15,9 @@ runs of ``--calls`` calls (``timing.host_us_per_call``); device time: L2
 flushed, launches queued behind a spin kernel (``timing.time_fn``). The
 table gives the median per tree and the median of the per-round ratios to
 the first tree. Every output of every tree is compared byte for byte with
-the first tree's.
+the first tree's. ``--ops`` keeps the ops whose name (``quantize_nvfp4``,
+``quantize_nvfp4 dynamic``, ``dequantize_nvfp4``, ...) the regular
+expression matches in full.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -130,6 +133,8 @@ def main(argv=None) -> int:
     parser.add_argument("--host-max-elements", type=int, default=16 * 4096,
                         help="host time only for shapes up to this many elements (larger ones are device-bound)")
     parser.add_argument("--rounds", type=int, default=15, help="measurements per op and tree, interleaved")
+    parser.add_argument("--ops", type=re.compile, default=None,
+                        help="measure only the ops whose name this regular expression matches in full")
     parser.add_argument("--cpu", type=int, default=None,
                         help="the CPU every child is pinned to (default: the last one this process may use; -1: "
                              "no pinning). One CPU for all: cores of one host differ in speed by more than the "
@@ -147,7 +152,9 @@ def main(argv=None) -> int:
             status = 1
     names = [os.path.basename(os.path.normpath(t)) or t for t in args.trees]
     for section, unit, n in (("host", "us/call", args.calls), ("device", "us", args.reps)):
-        keys = [key for key, size in base.setup["ops"].items() if section == "device" or size <= args.host_max_elements]
+        keys = [key for key, size in base.setup["ops"].items()
+                if (section == "device" or size <= args.host_max_elements)
+                and (args.ops is None or args.ops.fullmatch(key.rsplit(" ", 1)[0]))]
         print(f"\n{section} ({unit}; median of {args.rounds} interleaved measurements; ratio: median of the "
               f"per-round ratios to {names[0]})", flush=True)
         print(f"| {'op':<36} | " + " | ".join(f"{n:>10}" for n in names) + " | ratio |")
