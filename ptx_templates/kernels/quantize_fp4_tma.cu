@@ -120,7 +120,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                 ld_shared_v4(in + in_offset(r, c * 64 + v * 8), w[4 * v], w[4 * v + 1], w[4 * v + 2],
                              w[4 * v + 3]);
             }
-            const auto out = quantize_run<SF_VEC, 32>(w, tsf.value, tsf.rcp, [](float amax) { return amax; });
+            const auto out = quantize_run<SF_VEC, 32>(w, tsf.value, tsf.rcp);
             st_shared_v4(q_tile + q_offset(r, c * 32), out.q[0], out.q[1], out.q[2], out.q[3]);
             st_shared_v4(q_tile + q_offset(r, c * 32 + 16), out.q[4], out.q[5], out.q[6], out.q[7]);
             const int row = m0 + r;

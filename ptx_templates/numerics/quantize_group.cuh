@@ -71,8 +71,8 @@ FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bo
 // A run of 2 * WORDS consecutive elements of one row, packed inputs w, to
 // codes and scale bytes: whole groups (1, 2 or 4 of them), or one thread's
 // share of a group whose other shares sit in adjacent lanes. `combine`
-// returns a group's amax from this run's share of it (identity for whole
-// groups); every lane of the warp calls it together. Which e2m1 variant is
+// returns a group's amax from this run's share of it (WholeGroups, the
+// default, for whole groups); every lane of the warp calls it together. Which e2m1 variant is
 // exact is decided once per run (quantize_e2m1_words).
 template <int SF_VEC, int WORDS>
 struct QuantizedRun {
@@ -82,9 +82,14 @@ struct QuantizedRun {
     u32 sf;  // the groups' scale bytes, group 0 in the low byte
 };
 
-template <int SF_VEC, int WORDS, typename Combine>
+// The combine step of a run of whole groups: each amax is the group's own.
+struct WholeGroups {
+    FP4Q_DEVICE float operator()(float amax) const { return amax; }
+};
+
+template <int SF_VEC, int WORDS, typename Combine = WholeGroups>
 FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], float tensor_sf, float rcp_tensor_sf,
-                                                     Combine combine) {
+                                                     Combine combine = {}) {
     using Run = QuantizedRun<SF_VEC, WORDS>;
     constexpr int GROUPS = Run::GROUPS;
     constexpr int GROUP_WORDS = WORDS / GROUPS;
