@@ -3,7 +3,9 @@ the software e2m1 conversion of sm_90a over hand-picked and random float32
 bit patterns, and the e4m3 scale / inverse computation; on a Hopper GPU
 also the pre-Hopper build (software e2m1 and e4m3, sm_80's flags compiled
 for sm_90a). Without a GPU: the software e4m3 formulas of
-numerics/e4m3.cuh, transcribed to numpy, against the reference."""
+numerics/e4m3.cuh and the software e2m1 conversion of numerics/e2m1.cuh
+(each of its three variants within its precondition), transcribed to
+numpy, against the reference."""
 
 from __future__ import annotations
 
@@ -151,3 +153,54 @@ def test_software_e4m3_round_trips_every_byte():
     byte = np.arange(256, dtype=np.uint8)
     nan = (byte & 0x7F) == 0x7F
     np.testing.assert_array_equal(software_e4m3(software_e4m3_value(byte))[~nan], byte[~nan])
+
+
+# --- the software e2m1 conversion, on the CPU -------------------------------------------------------------------
+# A numpy transcription of e2m1_magnitude_biased and e2m1x8's sign handling (numerics/e2m1.cuh): each branch is
+# one fma or add onto the grid of M = 1.5 * 2^23, computed in float64 (exact here: the operands' bits fit in 53)
+# and rounded once to float32, as fma.rn / add.rn round; np.fmin drops NaN as min.f32 does.
+
+M = np.float32(1.5 * 2**23)
+
+
+def software_e2m1(v: np.ndarray, input_signs: bool, clamp: bool) -> np.ndarray:
+    v = np.asarray(v, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # signalling NaNs, and Inf * 2 + M
+        a = np.abs(v).astype(np.float64)
+        t0 = (a * 2 + np.float64(M)).astype(np.float32)
+        t1 = (a + np.float64(M + np.float32(2))).astype(np.float32)
+        t2 = (a * 0.5 + np.float64(M + np.float32(4))).astype(np.float32)
+    if clamp:
+        t2 = np.fmin(t2, M + np.float32(7))
+    magnitude = np.fmin(np.fmin(t0, t1), t2).view(np.uint32) - M.view(np.uint32)
+    # The input's sign and the product's agree unless the product is NaN (the variant's precondition), so
+    # both variants read v's sign bit; the general one also gives NaN a clear sign, as the product's is.
+    sign = v.view(np.uint32) >> 31
+    if not input_signs:
+        sign = np.where(np.isnan(v), np.uint32(0), sign)
+    return (magnitude | (sign << 3)).astype(np.uint8)
+
+
+def _e2m1_inputs() -> np.ndarray:
+    """Every 61st float32 bit pattern below 8, every float32 within 2^12 ulps of each grid point and tie, the
+    boundaries of the fast variant (7), large and special values, NaNs; both signs."""
+    dense = np.arange(0, np.float32(8).view(np.uint32), 61, dtype=np.uint32).view(np.float32)
+    points = np.array([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8], np.float32)
+    near = (points.view(np.uint32)[:, None].astype(np.int64) + np.arange(-4096, 4097)).ravel()
+    near = near[(near >= 0)].astype(np.uint32).view(np.float32)
+    specials = np.array([np.inf, 1e-45, 1e-40, 1.1754942e-38, 6.5, 1e30, 3.4028235e38], np.float32)
+    nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF], np.uint32).view(np.float32)
+    fixed = np.concatenate([dense, near, specials, nans])
+    return np.concatenate([fixed, -fixed])
+
+
+@pytest.mark.parametrize("input_signs, clamp", [(False, True), (True, True), (True, False)])
+def test_software_e2m1_is_the_reference(input_signs, clamp):
+    v = _e2m1_inputs()
+    if input_signs:  # its precondition: no NaN product
+        v = v[~np.isnan(v)]
+    if not clamp:  # and every |product| below 7
+        v = v[np.abs(v) < 7]
+    got, want = software_e2m1(v, input_signs, clamp), reference.e2m1_encode(v)
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, [(v[i], hex(v.view(np.uint32)[i]), hex(got[i]), hex(want[i])) for i in bad[:8]]
