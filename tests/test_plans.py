@@ -924,13 +924,36 @@ def test_dequantize_pointers_pick_the_plain_or_the_vector_kernel(gpu):
         dequantize_nvfp4(q, sf, 1.0)
         (launch,) = gpu.launches[before:]
         kinds.append(launch["spec"] == DequantizeSimtConfig(vector=True).spec)
-    # The launch is chosen per 16-byte alignment (the launch's key), so a pointer that the vector
-    # kernel could serve but that is not 16-byte aligned takes the plain kernel.
+    # Without a config, a pointer that the vector kernel could serve but that is not 16-byte aligned
+    # takes the plain kernel.
     assert kinds == [True, False, True]
     with pytest.raises(ValueError, match="config is a vector DequantizeSimtConfig, but it cannot serve this call: "
                                          "q's base address 0x[0-9a-f]+ is not 4-byte aligned"):
         dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, aligned.data.ptr + 4096 + 2), sf, 1.0,
                          config=DequantizeSimtConfig(vector=True))
+
+
+def test_a_launch_is_reused_only_for_pointers_of_the_same_alignment(gpu):
+    from fp4q.kernels.dequantize import DequantizeSimtConfig
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    m, k = 16, 256
+    sf = swizzled(cp, m, k)
+    q_base, y_base = cp.array((m, k // 2), np.uint8).data.ptr + 4096, cp.array((m, k), np.uint16).data.ptr + 4096
+    cfg = DequantizeSimtConfig(vector=True)
+    y = FakeArray((m, k), np.uint16, y_base)
+    # The first call's q is 4-byte but not 16-byte aligned: the vector kernel serves it; later calls
+    # of the same plan whose q or out it cannot serve must be refused, not given the kernel again.
+    dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q_base + 4), sf, 1.0, out=y, config=cfg)
+    with pytest.raises(ValueError, match="q's base address 0x[0-9a-f]+ is not 4-byte aligned"):
+        dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q_base + 2), sf, 1.0, out=y, config=cfg)
+    with pytest.raises(ValueError, match="out's base address 0x[0-9a-f]+ is not 16-byte aligned"):
+        dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q_base), sf, 1.0, config=cfg,
+                         out=FakeArray((m, k), np.uint16, y_base + 8))
+    before = len(gpu.launches)
+    dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q_base + 4 + 64), sf, 1.0, out=y, config=cfg)
+    assert [launch["spec"] for launch in gpu.launches[before:]] == [cfg.spec]
 
 
 def test_dequantize_rules_after_a_plan_exists(gpu):

@@ -115,8 +115,8 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
         if obstacle is not None:
             raise ValueError(f"config is a TMA DequantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
-    # The choice depends on the pointers only through their 16-byte alignment (part of the
-    # launch's key) and on the row stride and K (part of the plan's).
+    # The choice depends on the pointers only through their low four bits (the launch's key)
+    # and on the row stride and K (the plan's).
     vector = q_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
     if (vector and view.rows * 2 * view.width >= VECTOR_MAX_ELEMENTS and target(call["arch"]).features.tma
             and _tma_obstacle(view, q_ptr, y_ptr) is None):
@@ -164,14 +164,16 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         check_config_type(config)
     if view.empty:
         return y
-    aligned = not ((q_ptr | y_ptr) & 15)
-    launch = plan.launches.get((mode, aligned))
+    # Every kernel's alignment rule reads the pointers' low four bits (and the plan's row stride):
+    # a launch resolved for one pair of them serves every call with the same pair.
+    launch_key = (mode, q_ptr & 15, y_ptr & 15)
+    launch = plan.launches.get(launch_key)
     if launch is None:
         dev = driver.device(view.device)
         call = dict(fmt=fmt, out_dtype=dtype, sf_layout=sf_layout, tensor_sf_mode=mode, arch=dev.arch)
         launch = _kernel_launch(resolve_config(config, view, q_ptr, y_ptr, call), view, dev)
         with plan.lock:
-            plan.launches[(mode, aligned)] = launch
+            plan.launches[launch_key] = launch
     if launch.map_names:
         launch(handle, pdl, (sf_ptr, y_ptr, value, scale_ptr, view.rows, 2 * view.width,
                              launch.tickets(handle)), (q_ptr,))
