@@ -889,7 +889,7 @@ def test_dequantize_launches(gpu, m, k, tma):
             # aligned, contiguous q and out: the vector form
             cfg = DequantizeSimtConfig(out_dtype="float32", tensor_sf_mode="pointer", vector=True)
             grid = max(1, min(math.ceil(m * k // cfg.unit / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
-            args.update(q=q.data.ptr, q_row_stride=k // 2)
+            args.update(q=q.data.ptr, q_row_stride=k // 2, **dict(unit_divisor(k // 4)))  # 4 float32 per store
             assert launch["spec"] == cfg.spec
         assert launch["args"] == args and launch["grid"] == (grid, 1, 1) and launch["pdl"]
     assert len(plans.plans) == 1

@@ -14,6 +14,7 @@ from .archs import check_arch, check_fits_sm
 from .quantize import SF_LAYOUTS
 from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, WarpSpecialized, params, simt_spec
 from .rules import align_up, check_bool, check_choice, check_even_split, check_int, require
+from .walk import UNIT_DIVISOR_PARAMS
 
 FORMATS = ("nvfp4", "mxfp4")
 OUT_DTYPES = ("bfloat16", "float32")
@@ -29,7 +30,7 @@ SIMT_WAVES = 4  # grid-stride CTAs per SM slot for the plain kernel
 _SCALE_AND_OUTPUT = (("sf", "ptr"), ("out", "ptr"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
                      ("rows", "i32"), ("cols", "i32"))
 TMA_DEQUANTIZE_PARAMS = params(("q_map", "map"), *_SCALE_AND_OUTPUT, ("tickets", "ptr"))
-SIMT_DEQUANTIZE_PARAMS = params(("q", "ptr"), ("q_row_stride", "i64"), *_SCALE_AND_OUTPUT)
+SIMT_DEQUANTIZE_PARAMS = (*params(("q", "ptr"), ("q_row_stride", "i64"), *_SCALE_AND_OUTPUT), *UNIT_DIVISOR_PARAMS)
 
 
 def dequantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
@@ -186,6 +187,10 @@ class DequantizeSimtConfig(_CallFormat):
         flags = dequantize_flags(self) + (("FP4Q_VECTOR", self.vector),)
         return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          SIMT_DEQUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
+
+    def units_per_row(self, cols: int) -> int:
+        """The units (16-byte stores) of one output row: the walk's divisor."""
+        return cols // self.unit
 
     def replace(self, **changes) -> "DequantizeSimtConfig":
         return dataclasses.replace(self, **changes)

@@ -21,6 +21,7 @@ from ..jit.loader import get_kernel
 from ..kernels.archs import target
 from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig
 from ..kernels.quantize import SF_LAYOUTS
+from ..kernels.walk import unit_divisor
 from .arrays import (
     Q_DTYPES,
     SF_DTYPES,
@@ -134,7 +135,7 @@ def _kernel_launch(cfg, view: RowsView, dev) -> KernelLaunch:
     rows, cols = view.rows, 2 * view.width
     if isinstance(cfg, DequantizeSimtConfig):
         grid = cfg.spec.grid.size(rows * cols // cfg.unit, dev.sm_count, kernel.ctas_per_sm)
-        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS)
+        return KernelLaunch(cfg, kernel, grid, SIMT_ARGS, fixed=unit_divisor(cfg.units_per_row(cols)))
     grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
     return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, (("q", (view.width, rows), (view.row_stride,)),))
 

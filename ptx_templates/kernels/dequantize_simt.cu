@@ -47,8 +47,9 @@ fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
                      u8* __restrict__ out,
                      float tensor_sf_value,
                      const float* __restrict__ tensor_sf_ptr,
-                     i32 rows, i32 cols) {
-    RowWalk unit(grid_thread(), grid_threads(), cols / UNIT);
+                     i32 rows, i32 cols, u32 unit_magic, u32 unit_shift) {
+    // unit_magic and unit_shift divide by the units per row (the host's DequantizeSimtConfig.units_per_row).
+    RowWalk unit(grid_thread(), grid_threads(), Divisor{static_cast<u32>(cols / UNIT), unit_magic, unit_shift});
     pdl_wait();
     pdl_launch_dependents();
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);

@@ -2,7 +2,8 @@
 // pairs: one thread visits index first, first + stride, ... The pair is
 // advanced by the stride's own (row, col) step with a carry, so a step
 // costs two adds and a compare where dividing the flat index would cost a
-// 64-bit division; the two divisions by per_row happen once, at the start.
+// 64-bit division; the two divisions by per_row happen once, at the start,
+// each as a multiply and a shift (Divisor).
 #pragma once
 #include "ptx/types.cuh"
 
@@ -28,16 +29,8 @@ struct RowWalk {
     u32 row_step;
     int col_step;
 
-    // first and stride below 2**32 (thread indices of one launch).
-    FP4Q_DEVICE RowWalk(u32 first, u32 stride, int per_row_)
-        : row(first / static_cast<u32>(per_row_)),
-          col(static_cast<int>(first % static_cast<u32>(per_row_))),
-          per_row(per_row_),
-          row_step(stride / static_cast<u32>(per_row_)),
-          col_step(static_cast<int>(stride % static_cast<u32>(per_row_))) {}
-
-    // The same walk with the divisions by per_row (div.d) as div's multiplies;
-    // first and stride below 2^31.
+    // first and stride below 2^31 (thread indices of one launch), the
+    // divisions by per_row (div.d) done by div's multiplies.
     FP4Q_DEVICE RowWalk(u32 first, u32 stride, const Divisor& div)
         : row(div.quotient(first)),
           col(static_cast<int>(first - div.quotient(first) * div.d)),
