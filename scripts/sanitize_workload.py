@@ -152,7 +152,8 @@ def dynamic_order_pass(rng, start: float, configs: dict) -> int:
 
 def global_scale_pass(rng, start: float) -> int:
     """The global scale on ragged shapes and on DYNAMIC_SHAPE, then a quantize with ``tensor_sf="dynamic"``
-    (one launch at these sizes; at DYNAMIC_SHAPE with the largest CTAs)."""
+    (one launch at these sizes: a single CTA without the grid barrier at 5x64; at DYNAMIC_SHAPE with the
+    largest CTAs)."""
     failures = 0
     for m, k in SHAPES + [DYNAMIC_SHAPE]:
         bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)

@@ -1047,6 +1047,25 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
         assert launches[0]["grid"][0] == min(math.ceil(units / threads), SM_COUNT * CTAS_PER_SM)
 
 
+@pytest.mark.parametrize("capturing", [False, True])
+def test_a_small_dynamic_input_takes_one_cta_and_no_counter(gpu, monkeypatch, capturing):
+    if capturing:  # a stream being captured has no counter; one CTA needs none
+        monkeypatch.setattr(launch_module, "counter_for", lambda dev, stream: 0)
+    x = gpu.cupy.array((2, 4096))
+    q, sf, scale, names, launches = _dynamic_call(gpu, x)
+    assert names == ["fp4q_quantize_fp4_dynamic"]
+    assert launches[0]["grid"][0] == 1 and launches[0]["spec"].threads == 1024
+    assert launches[0]["args"]["sync"] == 0 and launches[0]["args"]["rows"] == 2
+    # One unit more than one CTA takes: the grid barrier, on the stream's counter (two passes without one).
+    rows = tuning.FUSED_ONE_CTA_MAX_UNITS // 256 + 1
+    _, _, _, names, launches = _dynamic_call(gpu, gpu.cupy.array((rows, 4096)))
+    if capturing:
+        assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and len(names) == 3
+    else:
+        assert names == ["fp4q_quantize_fp4_dynamic"] and launches[0]["grid"][0] > 1
+        assert launches[0]["args"]["sync"] == FakeDriver.counter_for(None, None, 0)
+
+
 def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch):
     cp = gpu.cupy
     expected = ["fp4q_amax", "fp4q_global_scale"]

@@ -71,6 +71,10 @@ MNEMONICS = {
     "atom_global_add_u32": "atom.global.add.u32",
     "atom_acq_rel_gpu_global_add_u32": "atom.acq_rel.gpu.global.add.u32",
     "atom_global_max_u32": "atom.global.max.u32",
+    "red_global_max_u32": "red.global.max.u32",
+    "red_release_gpu_global_add_u32": "red.release.gpu.global.add.u32",
+    "atom_release_gpu_global_add_u32": "atom.release.gpu.global.add.u32",
+    "fence_acq_rel_gpu": "fence.acq_rel.gpu",
     "ld_acquire_gpu_global_u32": "ld.acquire.gpu.global.u32",
 }
 # helpers that wrap no PTX instruction of their own
@@ -162,6 +166,10 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     st_global_v2(z + 800 + 2 * threadIdx.x, p1, p2);
     z[700] = atom_global_add_u32(z + 600, 1u) + atom_acq_rel_gpu_global_add_u32(z + 601, 1u);
     z[701] = atom_global_max_u32(z + 602, bits) + ld_acquire_gpu_global_u32(z + 603);
+    red_global_max_u32(z + 604, bits);
+    red_release_gpu_global_add_u32(z + 605, 1u);
+    z[702] = atom_release_gpu_global_add_u32(z + 606, 1u);
+    fence_acq_rel_gpu();
 }
 """
 
@@ -270,7 +278,8 @@ def test_side_effect_wrappers_are_volatile():
                  "cp_async_bulk_commit_group", "cp_async_bulk_wait_group_read", "cp_async_bulk_wait_group",
                  "fence_proxy_async_shared_cta", "bar_sync", "griddepcontrol_wait",
                  "griddepcontrol_launch_dependents", "setmaxnreg_inc", "setmaxnreg_dec", "st_shared_v4",
-                 "st_shared_u16", "st_shared_u32", "prefetch_tensormap"):
+                 "st_shared_u16", "st_shared_u32", "prefetch_tensormap", "red_global_max_u32",
+                 "red_release_gpu_global_add_u32", "fence_acq_rel_gpu"):
         assert "asm volatile" in body_of(name), name
 
 

@@ -107,6 +107,20 @@ def test_the_one_launch_dynamic_block_size(units, sm_count, threads):
     assert tuning.fused_dynamic_threads(units, sm_count) == threads
 
 
+@pytest.mark.parametrize("units, work_items, threads, one_cta", [
+    (1, 128, 128, True),  # 1x16: one unit, the padding rows' 128 scale words
+    (256, 8192, 1024, True),  # 1x4096 swizzled: 256 units, 8192 padding words, the largest block
+    (200, 200, 256, True),  # linear layout: the smallest block with a thread per unit
+    (512, 512, 512, True),
+    (513, 8192, 128, False),  # one unit more: spread over SMs (fused_dynamic_threads)
+    (57344, 57344, 512, False),
+])
+def test_the_one_launch_dynamic_grid(units, work_items, threads, one_cta):
+    assert tuning.fused_dynamic_block(units, work_items, 132) == (threads, one_cta)
+    if not one_cta:
+        assert threads == tuning.fused_dynamic_threads(work_items, 132)
+
+
 def test_every_dynamic_block_size_is_a_shipped_variant():
     shipped = {cfg.threads for name, cfg in GLOBAL_SCALE.items() if name.startswith("dynamic_")}
     assert shipped == set(tuning.FUSED_DYNAMIC_BLOCK_SIZES)

@@ -93,9 +93,9 @@ class FusedDynamicConfig:
     the whole grid, then the vector kernel's work (``vector``: the
     ``SimtConfig(vector=True)`` of 16 elements per thread whose rules the other
     fields follow) with the scale just derived. Its grid is one wave, all of it
-    resident at once; the call path takes it for inputs up to
-    ``tuning.FUSED_DYNAMIC_MAX_ELEMENTS``, with the block size
-    ``tuning.fused_dynamic_threads`` picks."""
+    resident at once, or one CTA, which skips the barrier; the call path takes it
+    for inputs up to ``tuning.FUSED_DYNAMIC_MAX_ELEMENTS``, with the block size and
+    grid ``tuning.fused_dynamic_block`` picks."""
 
     threads: int = 128
     sf_layout: str = "swizzled"

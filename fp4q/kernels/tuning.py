@@ -84,6 +84,25 @@ FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 24
 FUSED_DYNAMIC_BLOCK_SIZES = (128, 256, 512, 1024)
 
 
+# An input of at most this many units (a thread's quantize work each) takes the
+# one launch as a single CTA, which needs no grid barrier: no round trips
+# through L2 between the amax and the quantize step, and no counter, so a stream
+# being captured into a graph takes the one launch too. Above it, spreading
+# the units over SMs pays for the barrier.
+FUSED_ONE_CTA_MAX_UNITS = 512
+
+
+def fused_dynamic_block(units: int, work_items: int, sm_count: int) -> tuple[int, bool]:
+    """The block size of the one-launch dynamic kernel for ``units`` quantize units
+    and ``work_items`` work items in all (the padding scales' words included), and
+    whether its grid is one CTA (the smallest block that gives every work item a
+    thread, or the largest block)."""
+    if units <= FUSED_ONE_CTA_MAX_UNITS:
+        wanted = min(work_items, FUSED_DYNAMIC_BLOCK_SIZES[-1])
+        return min(t for t in FUSED_DYNAMIC_BLOCK_SIZES if t >= wanted), True
+    return fused_dynamic_threads(work_items, sm_count), False
+
+
 def fused_dynamic_threads(units: int, sm_count: int) -> int:
     """The block size of the one-launch dynamic kernel for ``units`` work items
     (threads' worth of work): the largest of FUSED_DYNAMIC_BLOCK_SIZES that

@@ -17,7 +17,7 @@ from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import MX_MODES, SF_LAYOUTS, QuantizeConfig, SimtConfig
-from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_threads
+from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
 from ..kernels.walk import unit_divisor
 from .arrays import (
     INPUT_DTYPES,
@@ -180,20 +180,22 @@ def _fused_dynamic_launch(plan: _Plan, sf_layout: str, dev) -> KernelLaunch | st
     if plan.rows * plan.cols > FUSED_DYNAMIC_MAX_ELEMENTS:
         return TWO_PASS
     cfg = FusedDynamicConfig(sf_layout=sf_layout, input_dtype=INPUT_DTYPES[plan.view.dtype], arch=dev.arch)
-    units = cfg.work_items(plan.rows, plan.cols, plan.swizzled)
-    cfg = cfg.replace(threads=fused_dynamic_threads(units, dev.sm_count))
+    per_row = cfg.units_per_row(plan.cols, plan.swizzled)
+    work_items = cfg.work_items(plan.rows, plan.cols, plan.swizzled)
+    threads, one_cta = fused_dynamic_block(plan.rows * per_row, work_items, dev.sm_count)
+    cfg = cfg.replace(threads=threads)
     kernel = get_kernel(cfg.spec, dev.ordinal)
-    grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
-    # dynamic=True: the launch takes its stream's counter (tile_tickets) as the grid barrier's.
-    return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=True,
-                        fixed=unit_divisor(cfg.units_per_row(plan.cols, plan.swizzled)))
+    grid = 1 if one_cta else cfg.spec.grid.size(work_items, dev.sm_count, kernel.ctas_per_sm)
+    # dynamic: the launch takes its stream's counter (tile_tickets) as the grid barrier's; one CTA needs none.
+    return KernelLaunch(cfg, kernel, grid, FUSED_DYNAMIC_ARGS, dynamic=not one_cta, fixed=unit_divisor(per_row))
 
 
 def _fused_dynamic(plan: _Plan, x_ptr: int, q_ptr: int, sf_ptr: int, aligned: bool, handle: int, sf_layout, config,
                    pdl, outputs):
     """``tensor_sf="dynamic"`` in one launch that computes the scale and quantizes
     (FusedDynamicConfig), returning the scale's array; None where it does not apply
-    (an explicit config, unaligned pointers, an empty or large input, stream capture)."""
+    (an explicit config, unaligned pointers, an empty or large input, stream capture
+    of a launch of more than one CTA)."""
     if config is not None or not aligned or plan.empty:
         return None
     launch = plan.launches.get(("dynamic", True))
@@ -201,9 +203,10 @@ def _fused_dynamic(plan: _Plan, x_ptr: int, q_ptr: int, sf_ptr: int, aligned: bo
         launch = _fused_dynamic_launch(plan, sf_layout, driver.device(plan.device))
         with plan.lock:
             plan.launches[("dynamic", True)] = launch
-    # No counter while the stream is captured into a graph: two passes then.
-    sync = launch.tickets(handle) if launch is not TWO_PASS else 0
-    if not sync:
+    if launch is TWO_PASS:
+        return None
+    sync = launch.tickets(handle)
+    if launch.dynamic and not sync:  # no counter while the stream is captured into a graph: two passes then
         return None
     scale, scale_ptr = outputs("scale", (), plan.device, handle)
     launch(handle, pdl, (x_ptr, plan.row_stride, q_ptr, sf_ptr, scale_ptr, plan.rows, plan.cols, sync))

@@ -32,7 +32,8 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
         load_unit(x, x_row_stride, unit, unit_live(unit, rows, groups), more);
         amax = max_f32(amax, amax_packed(more));
     }
-    const u32 amax_bits = grid_max_u32(sync, block_max_u32<SIMT_THREADS>(f32_bits(amax)));
+    GridMax barrier;
+    const u32 amax_bits = barrier.max(sync, block_max_u32<SIMT_THREADS>(f32_bits(amax)));
     // Only now: a dependent grid started earlier could take the SM slots a CTA still waits for.
     pdl_launch_dependents();
     const float tensor_sf = global_scale_of_amax(amax_bits);
@@ -40,4 +41,5 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
     write_padding_scales(sf, rows, groups);
     // Built in value mode (FP4Q_TENSOR_SF_BY_POINTER false): the scale and its reciprocal as every kernel takes them.
     quantize_units(x, x_row_stride, q, sf, rows, cols, first, live, w, tensor_scale(tensor_sf, nullptr));
+    barrier.leave(sync);
 }

@@ -90,6 +90,11 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
                                 u8* __restrict__ sf, i32 rows, i32 cols, RowWalk unit, bool live,
                                 u32 (&w)[4 * VEC_LOADS], const TensorScale tsf) {
     const int groups = cols / SF_VEC;
+    // Where the grid has a thread for every unit (up to about one wave of
+    // them: the serving sizes), no thread has a second one, and the walk's
+    // step and the next load are skipped instead of computed and found past
+    // the end.
+    const bool one_pass = static_cast<u64>(rows) * static_cast<u32>(unit.per_row) <= grid_threads();
     // The loop runs while any lane of the warp has a row (the first lane has
     // the lowest), so that every lane takes part in each shuffle.
     while (vote_sync_any_pred(unit.row < rows)) {
@@ -116,6 +121,7 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
 #pragma unroll
             for (int g = 0; g < UNIT_GROUPS; ++g) dst[g] = static_cast<u8>(live ? out.sf >> (8 * g) : 0u);
         }
+        if (one_pass) break;
         unit.advance();
         live = unit_live(unit, rows, groups);
         load_unit(x, x_row_stride, unit, live, w);

@@ -2,14 +2,28 @@
 #pragma once
 #include "numerics/input.cuh"
 
+// op over the N words of v as a balanced tree, in place: log2(N) dependent
+// steps instead of N - 1, for the maxima below, whose order does not change
+// their result.
+template <int N, typename Op>
+FP4Q_DEVICE u32 reduce_tree(u32 (&v)[N], Op op) {
+#pragma unroll
+    for (int stride = 1; stride < N; stride *= 2) {
+#pragma unroll
+        for (int i = 0; i + stride < N; i += 2 * stride) v[i] = op(v[i], v[i + stride]);
+    }
+    return v[0];
+}
+
 // NaN-dropping max of |x| over 2*N packed elements. The reduction runs on
 // packed pairs (exact: max only compares); the last step starts from 0 so
 // that an all-NaN group gives 0.
 template <int N>
 FP4Q_DEVICE float amax_packed(const u32 (&w)[N]) {
-    u32 m = w[0] & MAGNITUDE_X2;
+    u32 v[N];
 #pragma unroll
-    for (int i = 1; i < N; ++i) m = max_x2(m, w[i] & MAGNITUDE_X2);
+    for (int i = 0; i < N; ++i) v[i] = w[i] & MAGNITUDE_X2;
+    const u32 m = reduce_tree(v, [](u32 a, u32 b) { return max_x2(a, b); });
     return max_f32(max_f32(0.0f, input_lo(m)), input_hi(m));
 }
 
@@ -21,10 +35,10 @@ FP4Q_DEVICE float amax_packed(const u32 (&w)[N]) {
 template <int N>
 FP4Q_DEVICE float amax_nan(const u32 (&w)[N]) {
     static_assert(N >= 2, "pairs of words");
-    u32 m = max_nan_abs_x2(w[0], w[1]);
+    u32 v[N];
 #pragma unroll
-    for (int i = 2; i < N; ++i) m = max_nan_abs_x2(m, w[i]);
-    m &= MAGNITUDE_X2;
+    for (int i = 0; i < N; ++i) v[i] = w[i];
+    const u32 m = reduce_tree(v, [](u32 a, u32 b) { return max_nan_abs_x2(a, b); }) & MAGNITUDE_X2;
     return max_nan_f32(input_lo(m), input_hi(m));
 }
 
