@@ -118,8 +118,15 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
         // A dead unit of the scale domain (a padding group) gets zero scales.
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
             u8* dst = sf + sf_index(unit.row, unit_group(unit.col), groups);
+            const u32 bytes = live ? out.sf : 0u;
+            if constexpr (UNIT_GROUPS == 2 && FP4Q_SF_SWIZZLED) {
+                // Both bytes in one store (an even group: 2-byte aligned in the 16-byte aligned
+                // layout), so that a warp's stores touch half as many L2 sectors.
+                st_global_u16(dst, bytes);
+            } else {
 #pragma unroll
-            for (int g = 0; g < UNIT_GROUPS; ++g) dst[g] = static_cast<u8>(live ? out.sf >> (8 * g) : 0u);
+                for (int g = 0; g < UNIT_GROUPS; ++g) dst[g] = static_cast<u8>(bytes >> (8 * g));
+            }
         }
         if (one_pass) break;
         unit.advance();
