@@ -349,6 +349,17 @@ def test_tensor_sf_string(tensor_sf, path):
 
 
 @gpu
+def test_tensor_sf_device_scalar_misaligned(path):
+    # A float32 at an address the kernel's 4-byte load cannot take (CuPy builds one from any pointer).
+    cp = _cp()
+    buf = cp.zeros(8, dtype=cp.uint8)
+    tsf = cp.ndarray((), dtype=cp.float32, memptr=buf.data + 2)
+    call, watch = _quantize_with_buffers(cp, path, _x(cp), tsf)
+    expect_rejected(ValueError, r"tensor_sf must be", _words(f"got address {tsf.data.ptr:#x}"),
+                    _words("4-byte aligned"), call, watch)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
 def test_tensor_sf_device_scalar_wrong_dtype(dtype, path):
     cp = _cp()

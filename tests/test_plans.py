@@ -956,6 +956,21 @@ def test_a_launch_is_reused_only_for_pointers_of_the_same_alignment(gpu):
     assert [launch["spec"] for launch in gpu.launches[before:]] == [cfg.spec]
 
 
+def test_a_misaligned_device_tensor_sf_is_refused(gpu):
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    m, k = 16, 256
+    tsf = FakeArray((), np.float32, cp.array((2,), np.float32).data.ptr + 2)
+    before = len(gpu.launches)
+    for call in (lambda: api.quantize_nvfp4(cp.array((m, k)), tsf),
+                 lambda: dequantize_nvfp4(cp.array((m, k // 2), np.uint8), swizzled(cp, m, k), tsf)):
+        with pytest.raises(ValueError, match=r"a device tensor_sf must be 4-byte aligned \(the kernel loads it as "
+                                             r"a float32\), got address 0x[0-9a-f]+2\b"):
+            call()
+    assert len(gpu.launches) == before
+
+
 def test_dequantize_rules_after_a_plan_exists(gpu):
     from fp4q.ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
 

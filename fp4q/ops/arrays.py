@@ -260,6 +260,9 @@ def device_scale(a: Operand, device: int) -> tuple[str, float, int]:
                          f"shape {tuple(shape)}")
     if a_device != device:
         raise ValueError(f"tensor_sf is on device {a_device} but x is on device {device}")
+    if ptr & 3:
+        raise ValueError(f"a device tensor_sf must be 4-byte aligned (the kernel loads it as a float32), got "
+                         f"address {ptr:#x}")
     return ("pointer", 0.0, ptr)
 
 
