@@ -215,6 +215,17 @@ def test_x_wrong_dtype(dtype, path):
 
 
 @gpu
+def test_x_base_splits_an_element(path):
+    # CuPy builds a uint16 array at any address: one at an odd one would make the kernels' loads fault.
+    cp = _cp()
+    buf = cp.zeros(2 * M * K + 2, dtype=cp.uint8)
+    x = cp.ndarray((M, K), dtype=cp.uint16, memptr=buf.data + 1)
+    call, watch = _quantize_with_buffers(cp, path, x)
+    expect_rejected(ValueError, r"x's base address", _words(f"{x.data.ptr:#x}"),
+                    _words("not a multiple of its element size (2 bytes)"), call, watch)
+
+
+@gpu
 def test_x_last_dimension_not_contiguous(path):
     cp = _cp()
     x = _x(cp, (M, 2 * K))[:, ::2]
@@ -346,6 +357,17 @@ def test_tensor_sf_string(tensor_sf, path):
     call, watch = _quantize_with_buffers(cp, path, _x(cp), tensor_sf)
     expect_rejected((TypeError, ValueError), r"tensor_sf must be", _words(repr(tensor_sf)), _words("a float"),
                     call, watch)
+
+
+@gpu
+def test_tensor_sf_device_scalar_misaligned(path):
+    # A float32 at an address the kernel's 4-byte load cannot take (CuPy builds one from any pointer).
+    cp = _cp()
+    buf = cp.zeros(8, dtype=cp.uint8)
+    tsf = cp.ndarray((), dtype=cp.float32, memptr=buf.data + 2)
+    call, watch = _quantize_with_buffers(cp, path, _x(cp), tsf)
+    expect_rejected(ValueError, r"tensor_sf must be", _words(f"got address {tsf.data.ptr:#x}"),
+                    _words("4-byte aligned"), call, watch)
 
 
 @gpu

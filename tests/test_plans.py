@@ -977,6 +977,46 @@ def test_dequantize_with_two_stores_per_thread(gpu):
         dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q.data.ptr + 4096 + 4), sf, 1.0, config=cfg)
 
 
+def test_a_misaligned_device_tensor_sf_is_refused(gpu):
+    from fp4q.ops.dequantize import dequantize_nvfp4
+
+    cp = gpu.cupy
+    m, k = 16, 256
+    tsf = FakeArray((), np.float32, cp.array((2,), np.float32).data.ptr + 2)
+    before = len(gpu.launches)
+    for call in (lambda: api.quantize_nvfp4(cp.array((m, k)), tsf),
+                 lambda: dequantize_nvfp4(cp.array((m, k // 2), np.uint8), swizzled(cp, m, k), tsf)):
+        with pytest.raises(ValueError, match=r"a device tensor_sf must be 4-byte aligned \(the kernel loads it as "
+                                             r"a float32\), got address 0x[0-9a-f]+2\b"):
+            call()
+    assert len(gpu.launches) == before
+
+
+def test_buffers_at_an_address_that_splits_an_element_are_refused(gpu):
+    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    m, k = 16, 256
+    odd_x = FakeArray((m, k), np.uint16, cp.array((m + 1, k)).data.ptr + 1)
+    before = len(gpu.launches)
+    for call in (lambda: api.quantize_nvfp4(odd_x, 1.0), lambda: api.quantize_mxfp4(odd_x),
+                 lambda: global_scale(odd_x)):
+        with pytest.raises(ValueError, match=r"x's base address 0x[0-9a-f]+ is not a multiple of its element size "
+                                             r"\(2 bytes\)"):
+            call()
+    q, sf = cp.array((m, k // 2), np.uint8), swizzled(cp, m, k)
+    for dtype, size in (("bfloat16", 2), ("float32", 4)):
+        out = FakeArray((m, k), np.uint16 if size == 2 else np.float32, cp.array((m + 1, k), np.float32).data.ptr + 2)
+        if size == 2:  # 2-byte aligned: fine for bf16 values (the plain kernel)
+            dequantize_nvfp4(q, sf, 1.0, dtype=dtype, out=out)
+            continue
+        with pytest.raises(ValueError, match=r"out's base address 0x[0-9a-f]+ is not a multiple of its element size "
+                                             rf"\({size} bytes\)"):
+            dequantize_nvfp4(q, sf, 1.0, dtype=dtype, out=out)
+    assert len(gpu.launches) == before + 1
+
+
 def test_dequantize_rules_after_a_plan_exists(gpu):
     from fp4q.ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
 

@@ -31,6 +31,8 @@ VALUE_DTYPES = {"bfloat16": BF16_DTYPES, "float32": ("float32",)}
 _ITEMSIZE = {"uint8": 1, "float4_e2m1fn_x2": 1, "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "uint16": 2,
              "bfloat16": 2, "float16": 2, "int16": 2, "float32": 4, "int32": 4, "uint32": 4, "float64": 8,
              "int64": 8, "uint64": 8}
+# dtype -> itemsize - 1, for the dtypes whose elements span more than one byte.
+_ALIGN_MASK = {dtype: size - 1 for dtype, size in _ITEMSIZE.items() if size > 1}
 
 _cupy_module = None
 
@@ -260,6 +262,9 @@ def device_scale(a: Operand, device: int) -> tuple[str, float, int]:
                          f"shape {tuple(shape)}")
     if a_device != device:
         raise ValueError(f"tensor_sf is on device {a_device} but x is on device {device}")
+    if ptr & 3:
+        raise ValueError(f"a device tensor_sf must be 4-byte aligned (the kernel loads it as a float32), got "
+                         f"address {ptr:#x}")
     return ("pointer", 0.0, ptr)
 
 
@@ -270,6 +275,14 @@ def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str
     if sf_layout == "swizzled":
         return (-(-rows // 128), -(-groups // 4), 32, 4, 4)
     return tuple(lead_shape) + (groups,)
+
+
+def check_element_aligned(ptr: int, dtype: str, name: str) -> None:
+    """A buffer's base must be a multiple of its element size: the kernels load and
+    store whole elements (CuPy builds an array at any address it is given)."""
+    mask = _ALIGN_MASK.get(dtype)
+    if mask and ptr & mask:
+        raise ValueError(f"{name}'s base address {ptr:#x} is not a multiple of its element size ({mask + 1} bytes)")
 
 
 def check_operand(a: Operand, name: str, shape: tuple, dtypes, device: int, nbytes: int | None = None,

@@ -29,6 +29,7 @@ from .arrays import (
     RowsView,
     as_operand,
     check_choice,
+    check_element_aligned,
     check_operand,
     check_pdl,
     rows_view,
@@ -160,8 +161,10 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
     if out is None:
         y, y_ptr = outputs(dtype, plan.y_shape, device, handle)
     else:
-        y, y_ptr = check_operand(as_operand(out, "out"), "out", plan.y_shape, plan.y_dtypes, device, plan.y_bytes,
+        ya = as_operand(out, "out")
+        y, y_ptr = check_operand(ya, "out", plan.y_shape, plan.y_dtypes, device, plan.y_bytes,
                                  (("q", view.span(q_ptr)), ("sf", (sf_ptr, sf_ptr + plan.sf_bytes))))
+        check_element_aligned(y_ptr, ya[3], "out")
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config)

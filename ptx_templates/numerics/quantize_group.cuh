@@ -72,8 +72,8 @@ FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bo
 // codes and scale bytes: whole groups (1, 2 or 4 of them), or one thread's
 // share of a group whose other shares sit in adjacent lanes. `combine`
 // returns a group's amax from this run's share of it (WholeGroups, the
-// default, for whole groups); every lane of the warp calls it together. Which e2m1 variant is
-// exact is decided once per run (quantize_e2m1_words).
+// default, for whole groups); every lane of the warp calls it together.
+// Which e2m1 variant is exact is decided once per run (quantize_e2m1_words).
 template <int SF_VEC, int WORDS>
 struct QuantizedRun {
     static constexpr int GROUPS = 2 * WORDS >= SF_VEC ? 2 * WORDS / SF_VEC : 1;
