@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 import threading
 import types
 
@@ -1015,6 +1016,26 @@ def test_buffers_at_an_address_that_splits_an_element_are_refused(gpu):
                                              rf"\({size} bytes\)"):
             dequantize_nvfp4(q, sf, 1.0, dtype=dtype, out=out)
     assert len(gpu.launches) == before + 1
+
+
+def test_inputs_beyond_32_bit_indices_are_refused(gpu):
+    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    base = cp.array((1, 16)).data.ptr  # never read: the rules refuse the call first
+    before = len(gpu.launches)
+    for call, what in ((lambda: api.quantize_nvfp4(FakeArray((2**31 + 16,), np.uint16, base), 1.0), "K (the last "
+                        "dimension of x) must be at most 2147483647, got 2147483664"),
+                       (lambda: global_scale(FakeArray((2**31 + 16,), np.uint16, base)), "K (the last dimension of "
+                        "x) must be at most 2147483647, got 2147483664"),
+                       (lambda: dequantize_nvfp4(FakeArray((1, 2**30), np.uint8, base), swizzled(cp, 1, 2**31), 1.0),
+                        "K (2 * the last dimension of q) must be at most 2147483647, got 2147483648"),
+                       (lambda: api.quantize_mxfp4(FakeArray((2**31, 32), np.uint16, base)), "x has 2147483648 rows; "
+                        "at most 2147483647 are supported")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            call()
+    assert len(gpu.launches) == before
 
 
 def test_dequantize_rules_after_a_plan_exists(gpu):

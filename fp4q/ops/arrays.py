@@ -21,6 +21,7 @@ import numpy as np
 TENSOR_SF_MIN = 2.0**-126
 TENSOR_SF_MAX = 2.0**100
 MAX_ROWS = 2**31 - 1  # the kernels index rows with 32-bit integers
+MAX_K = 2**31 - 1  # and the elements of a row (a launch passes K as a 32-bit integer)
 
 # Element dtypes each argument may hold, by the name numpy / CuPy / torch give them.
 BF16_DTYPES = ("uint16", "bfloat16")  # uint16: bf16 bits
@@ -190,6 +191,9 @@ def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, grou
     if k % group:
         raise ValueError(f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of "
                          f"{name}) must be a multiple of {group}{rule}, got {k}")
+    if k > MAX_K:
+        raise ValueError(f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of "
+                         f"{name}) must be at most {MAX_K}, got {k}")
     rows = math.prod(shape[:-1])
     if rows > MAX_ROWS:
         raise ValueError(f"{name} has {rows} rows; at most {MAX_ROWS} are supported")
