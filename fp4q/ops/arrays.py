@@ -188,12 +188,11 @@ def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, grou
     itemsize = _ITEMSIZE[dtype]
     width = shape[-1]
     k = k_per_element * width
+    k_is = f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of {name})"
     if k % group:
-        raise ValueError(f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of "
-                         f"{name}) must be a multiple of {group}{rule}, got {k}")
+        raise ValueError(f"{k_is} must be a multiple of {group}{rule}, got {k}")
     if k > MAX_K:
-        raise ValueError(f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of "
-                         f"{name}) must be at most {MAX_K}, got {k}")
+        raise ValueError(f"{k_is} must be at most {MAX_K}, got {k}")
     rows = math.prod(shape[:-1])
     if rows > MAX_ROWS:
         raise ValueError(f"{name} has {rows} rows; at most {MAX_ROWS} are supported")
