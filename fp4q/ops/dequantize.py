@@ -164,7 +164,8 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         ya = as_operand(out, "out")
         y, y_ptr = check_operand(ya, "out", plan.y_shape, plan.y_dtypes, device, plan.y_bytes,
                                  (("q", view.span(q_ptr)), ("sf", (sf_ptr, sf_ptr + plan.sf_bytes))))
-        check_element_aligned(y_ptr, ya[3], "out")
+        if y_ptr & 3:  # out holds 2- or 4-byte values; the test is inline, the rule and its message are not
+            check_element_aligned(y_ptr, ya[3], "out")
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config)
