@@ -288,12 +288,13 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     ``tensor_sf="dynamic"`` computes the tensor scale on the device
     (``fp4q.global_scale(x)``'s value, no host sync) and returns the 3-tuple
     ``(q, sf, tensor_sf_device)``, the last a float32 device scalar of shape
-    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**20``
-    elements that the vector kernel can serve, with ``config=None``, take one
-    launch that reduces the amax over the whole grid and quantizes, reading
-    x from DRAM once (its second read comes from L2); larger inputs, other
-    pointers, an explicit config and stream capture into a CUDA graph take
-    ``global_scale`` and then the quantize kernel, chained with PDL.
+    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**24``
+    elements (``FUSED_DYNAMIC_MAX_ELEMENTS``) with 16-byte aligned pointers
+    and ``config=None`` take one launch that reduces the amax over the whole
+    grid and quantizes, reading x from DRAM once (a thread's first unit stays
+    in registers; its later ones are read again from L2); larger inputs,
+    other pointers, an explicit config and stream capture into a CUDA graph
+    take ``global_scale`` and then the quantize kernel, chained with PDL.
     """
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)
