@@ -1,9 +1,10 @@
 // NVFP4 / MXFP4 dequantization without TMA: one thread per output unit of
 // 16 bytes. With FP4Q_VECTOR (q's rows 4-byte aligned, out 16-byte aligned)
 // a unit's codes are one load and its output one 16-byte store: the kernel
-// for small inputs. Without it, byte loads and element stores serve the
-// shapes and pointers nothing else can address (K % 32 != 0, unaligned bases
-// or row strides). Same numerics header as the TMA kernel, so the same bits.
+// for small inputs, and for K % 32 != 0 at any size. Without it, byte loads
+// and element stores serve the pointers nothing else can address (unaligned
+// bases or row strides). Same numerics header as the TMA kernel, so the same
+// bits.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
 #include "pipeline/pdl.cuh"
