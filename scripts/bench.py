@@ -39,7 +39,7 @@ saying so; anything that fails prints its traceback, is named in the table and
 makes the exit status 1. Without a GPU nothing is timed and the exit status
 is 2.
 
-    python3 scripts/bench.py             # 14 shapes, 50 repetitions
+    python3 scripts/bench.py             # the 15 default shapes, 50 repetitions
     python3 scripts/bench.py --quick     # three shapes, 20 repetitions
 """
 

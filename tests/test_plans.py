@@ -1143,6 +1143,16 @@ def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch
     assert names[:2] == expected and len(names) == 3
 
 
+def test_dynamic_with_a_config_the_call_refuses_launches_nothing(gpu):
+    """The config's rules run before the two passes' global_scale is launched."""
+    cp = gpu.cupy
+    x = cp.array((16, 48))  # K % 32 != 0: neither the TMA kernel nor 32-element units can serve it
+    for config in (QuantizeConfig(), SimtConfig(vector=True, vector_elements=32)):
+        with pytest.raises(ValueError, match="not a multiple of 32"):
+            api.quantize_nvfp4(x, "dynamic", config=config)
+    assert gpu.launches == []
+
+
 def test_dynamic_above_the_fused_limit_takes_two_passes(gpu, monkeypatch):
     monkeypatch.setattr(api, "FUSED_DYNAMIC_MAX_ELEMENTS", 16 * 4096 - 1)
     cp = gpu.cupy

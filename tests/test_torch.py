@@ -89,6 +89,12 @@ def test_schemas():
         assert torch.Tag.pt2_compliant_tag in getattr(getattr(torch.ops.fp4q, name), overload).tags
 
 
+def test_the_module_docstring_lists_every_schema():
+    doc = ft.__doc__
+    for name, overload in OVERLOADS:
+        assert f"    {name}{'' if overload == 'default' else '.' + overload}(" in doc, (name, overload)
+
+
 def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
     x = fake_cuda((256, 64))
     # The float overload would turn the tensor into a number (a host sync); the Tensor overload checks it.

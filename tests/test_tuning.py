@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import fp4q
 from fp4q.kernels import tuning
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
@@ -124,6 +125,16 @@ def test_the_one_launch_dynamic_grid(units, work_items, threads, one_cta):
 def test_every_dynamic_block_size_is_a_shipped_variant():
     shipped = {cfg.threads for name, cfg in GLOBAL_SCALE.items() if name.startswith("dynamic_")}
     assert shipped == set(tuning.FUSED_DYNAMIC_BLOCK_SIZES)
+
+
+def test_the_one_launch_dynamic_limit_is_the_documented_one():
+    """quantize_nvfp4's docstring and the README state the limit as a power of two."""
+    limit = tuning.FUSED_DYNAMIC_MAX_ELEMENTS
+    assert limit & (limit - 1) == 0
+    stated = f"2**{limit.bit_length() - 1}"
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"``{stated}``" in fp4q.quantize_nvfp4.__doc__
+    assert f"inputs of up to `{stated}` elements" in readme
 
 
 def test_table_crossover_is_used(table_file):

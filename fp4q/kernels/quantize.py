@@ -237,7 +237,7 @@ class SimtConfig:
     group combine their amax by warp shuffles, or a thread quantizes two
     whole NVFP4 groups (32 elements, where K must be a multiple of 32). The
     fastest kernel for small and serving inputs; it needs x's rows, ``out``
-    and ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with 2-byte
+    and a swizzled ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with 2-byte
     loads, for any pointer alignment and row stride (``vector_elements``
     is 8 there, the element count of its loads' unit).
     """

@@ -6,7 +6,7 @@ Each target ships these configs fitted to it (``fitted``): on sm_120f (100 KB
 of shared memory per SM) a config that does not fit runs fewer CTAs per SM,
 then fewer stages, and the tiles too large for two stages are left out. The
 pre-Hopper target (no TMA) ships only the SIMT quantizers, the SIMT
-dequantizer and the global-scale kernels.
+dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
     defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
     precompiled cache holds every kernel a call can pick; then the dequantization
-    variants and the two global-scale kernels."""
+    variants and ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer)."""
     target(arch)
     choosable = {**tuned_variants(arch), **default_variants(arch),
                  **{name: cfg.replace(arch=arch) for name, cfg in SIMT.items()}}

@@ -157,6 +157,8 @@ FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "
 # tensor_sf="dynamic" inside the call path: the scale is computed on the device.
 DYNAMIC = ("dynamic", 0.0, 0)  # a (mode, value, ptr) of its own, compared by identity
 TWO_PASS = "two passes"  # stored in place of a launch where the single-pass kernel cannot serve a kind of call
+# Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
+TWO_PASS_MODE = "pointer"
 
 
 def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
@@ -246,23 +248,25 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     if config is not None:  # None is always valid
         check_config_type(config, fmt)
     aligned = plan.rows_aligned and not ((x_ptr | q_ptr | (sf_ptr if plan.swizzled else 0)) & 15)
-    dynamic_scale = None
     if tensor_sf is DYNAMIC:
         scale = _fused_dynamic(plan, x_ptr, q_ptr, sf_ptr, aligned, handle, sf_layout, config, pdl, outputs)
         if scale is not None:
             return q, sf, scale
-        # Two passes: the global scale on the device, then the quantize kernel reading it.
+        mode = TWO_PASS_MODE
+    if not plan.empty:
+        launch = plan.launches.get((mode, aligned))
+        if launch is None:  # the config's rules, which must hold before global_scale below is launched
+            dev = driver.device(device)
+            cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, mode, dev.arch, fmt)
+            launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
+            with plan.lock:
+                plan.launches[(mode, aligned)] = launch
+    dynamic_scale = None
+    if tensor_sf is DYNAMIC:
         dynamic_scale = global_scale(x, stream=stream, pdl=pdl, outputs=outputs)
-        mode, value, scale_ptr = device_scale(as_operand(dynamic_scale, "tensor_sf"), device)
+        _, value, scale_ptr = device_scale(as_operand(dynamic_scale, "tensor_sf"), device)
     if plan.empty:
         return (q, sf) if dynamic_scale is None else (q, sf, dynamic_scale)
-    launch = plan.launches.get((mode, aligned))
-    if launch is None:
-        dev = driver.device(device)
-        cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, mode, dev.arch, fmt)
-        launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
-        with plan.lock:
-            plan.launches[(mode, aligned)] = launch
     if launch.map_names:
         launch(handle, pdl, (0 if plan.swizzled else sf_ptr, value, scale_ptr, plan.rows, plan.cols,
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
@@ -291,12 +295,13 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
     ``tensor_sf="dynamic"`` computes the tensor scale on the device
     (``fp4q.global_scale(x)``'s value, no host sync) and returns the 3-tuple
     ``(q, sf, tensor_sf_device)``, the last a float32 device scalar of shape
-    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**20``
-    elements that the vector kernel can serve, with ``config=None``, take one
-    launch that reduces the amax over the whole grid and quantizes, reading
-    x from DRAM once (its second read comes from L2); larger inputs, other
-    pointers, an explicit config and stream capture into a CUDA graph take
-    ``global_scale`` and then the quantize kernel, chained with PDL.
+    ``()`` (what ``dequantize_nvfp4`` takes). Inputs of up to ``2**24``
+    elements (``FUSED_DYNAMIC_MAX_ELEMENTS``) with 16-byte aligned pointers
+    and ``config=None`` take one launch that reduces the amax over the whole
+    grid and quantizes, reading x from DRAM once (a thread's first unit stays
+    in registers; its later ones are read again from L2); larger inputs,
+    other pointers, an explicit config and stream capture into a CUDA graph
+    take ``global_scale`` and then the quantize kernel, chained with PDL.
     """
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)

@@ -22,6 +22,8 @@ tensor to it instead of converting it to a float with a host sync) and
     quantize_nvfp4_out.Tensor(Tensor x, Tensor tensor_sf, Tensor(a!) out, Tensor(b!) sf_out,
                               str sf_layout="swizzled", bool pdl=True) -> ()
     quantize_nvfp4_out(Tensor x, float tensor_sf, ...same...) -> ()
+    quantize_nvfp4_dynamic(Tensor x, str sf_layout="swizzled", bool pdl=True,
+                           bool fp4_dtype=False) -> (Tensor, Tensor, Tensor)
     quantize_mxfp4(Tensor x, str mx_mode="rceil", str sf_layout="swizzled", bool pdl=True,
                    bool fp4_dtype=False) -> (Tensor, Tensor)
     quantize_mxfp4_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil",
@@ -38,8 +40,11 @@ tensor to it instead of converting it to a float with a host sync) and
                          str dtype="bfloat16", bool pdl=True) -> ()
     global_scale(Tensor x, bool pdl=True) -> Tensor
 
-``tensor_sf="dynamic"`` is the wrappers' business (``global_scale`` then
-``quantize_nvfp4.Tensor``, both traceable). ``config=`` (a Python object)
+``quantize_nvfp4_dynamic`` computes the tensor scale on the device and
+returns it third (one launch where the call path can, as
+``fp4q.quantize_nvfp4(x, "dynamic")``); the wrapper given ``"dynamic"``
+with ``out=`` / ``sf_out=`` runs ``global_scale`` and then
+``quantize_nvfp4_out.Tensor``, all traceable. ``config=`` (a Python object)
 and ``stream=`` have no place in a schema: wrappers given either call the
 ops layer directly, eagerly, and under ``torch.compile`` that call is a
 graph break (``torch.compiler.disable``).

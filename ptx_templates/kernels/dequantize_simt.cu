@@ -2,10 +2,10 @@
 // units of 16 bytes, all in one scale group. With FP4Q_VECTOR (q's rows
 // aligned to the codes of a thread's units and at least 4 bytes, out 16-byte
 // aligned) a thread's codes are one load and each unit one 16-byte store:
-// the kernel for small inputs. Without it (STORES 1), byte loads and element
-// stores serve the shapes and pointers nothing else can address (K % 32 !=
-// 0, unaligned bases or row strides). Same numerics header as the TMA
-// kernel, so the same bits.
+// the kernel for small inputs, and for K % 32 != 0 at any size. Without it
+// (STORES 1), byte loads and element stores serve the pointers nothing else
+// can address (unaligned bases or row strides). Same numerics header as the
+// TMA kernel, so the same bits.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
 #include "pipeline/pdl.cuh"

@@ -1,8 +1,9 @@
 // FP4 quantization without TMA: one thread per group (16 elements for
-// NVFP4, 32 for MXFP4), plain loads and stores. Serves the shapes and
-// pointers that TMA cannot address (a packed row stride that is not a
-// multiple of 16 bytes, misaligned bases). Same numerics headers as the TMA
-// kernel, so the same bits.
+// NVFP4, 32 for MXFP4), plain loads and stores. Serves the pointers that
+// neither TMA nor the vector kernel can address (a base or row stride of x,
+// or a base of q or of swizzled scales, that is not 16-byte aligned), and
+// any shape.
+// Same numerics headers as the TMA kernel, so the same bits.
 #include "kernels/simt_quantize.cuh"
 
 constexpr int WORDS = SF_VEC / 2;
