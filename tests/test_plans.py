@@ -22,6 +22,7 @@ import types
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
 from fp4q.cuda import driver, tma
 from fp4q.cuda import launch as launch_module
@@ -36,8 +37,6 @@ from fp4q.kernels.walk import unit_divisor
 from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.ops import arrays, plans, streams
 from fp4q.ops import quantize as api
-
-cu = pytest.importorskip("cuda.bindings.driver")
 
 SUCCESS = cu.CUresult.CUDA_SUCCESS
 PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
