@@ -8,7 +8,9 @@ device-wide synchronize, so a kernel queued before the error would show.
 
 Rows that fail before anything touches the GPU (a host ``x``, an invalid
 ``sf_layout``, ConfigError at construction) run on CPU-only machines; the
-rest need CuPy device arrays and are marked ``gpu``.
+rest need CuPy device arrays and are marked ``gpu``. Some of those also run
+on the CPU against the fake CuPy and driver of ``tests/fakes.py``, where
+"untouched" becomes "nothing launched".
 
 A message that lacks the value or the rule fails with ``MessageIncomplete``,
 after the exception type, the argument name and the untouched buffers have
@@ -25,6 +27,9 @@ import pytest
 
 import fp4q
 from fp4q import ConfigError, QuantizeConfig, SimtConfig
+from fp4q.ops import plans
+
+import fakes
 
 gpu = pytest.mark.gpu
 
@@ -37,6 +42,13 @@ SF_LINEAR = (M, K // 16)
 
 class MessageIncomplete(Exception):
     """The error was right but its message does not name the value or the rule."""
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """CuPy and the driver faked (tests/fakes.py); the plans the test stored are dropped after it."""
+    yield fakes.install(monkeypatch)
+    plans.plans.clear()
 
 
 def _cp():
@@ -95,8 +107,6 @@ def pytest_generate_tests(metafunc):
 
 
 def _forget_plans():
-    from fp4q.ops import plans
-
     plans.plans.clear()
 
 
@@ -335,7 +345,7 @@ def test_tensor_sf_host_value_beyond_float32(tensor_sf, path):
     call, watch = _quantize_with_buffers(cp, path, _x(cp), tensor_sf)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        expect_rejected(ValueError, r"tensor_sf must be", _words("got"), RANGE_RULE, call, watch)
+        expect_rejected(ValueError, r"tensor_sf must be", _words(f"got {tensor_sf!r}"), RANGE_RULE, call, watch)
 
 
 @gpu
@@ -349,14 +359,28 @@ def test_tensor_sf_bool(tensor_sf, path):
     )
 
 
+STRING_RULE = _words("a float, a device float32 scalar or 'dynamic'")
+
+
 @gpu
 @pytest.mark.parametrize("tensor_sf", ["1.0", "static"])
 def test_tensor_sf_string(tensor_sf, path):
-    # TypeError where no string is valid; ValueError where some string is (tensor_sf="dynamic").
+    # ValueError, not TypeError: one string is valid (tensor_sf="dynamic").
     cp = _cp()
     call, watch = _quantize_with_buffers(cp, path, _x(cp), tensor_sf)
-    expect_rejected((TypeError, ValueError), r"tensor_sf must be", _words(repr(tensor_sf)), _words("a float"),
-                    call, watch)
+    expect_rejected(ValueError, r"tensor_sf must be", _words(f"got {tensor_sf!r}"), STRING_RULE, call, watch)
+
+
+@pytest.mark.parametrize("tensor_sf, rule", [("1.0", STRING_RULE), ("static", STRING_RULE), (10**400, RANGE_RULE),
+                                             (1e39, RANGE_RULE), (0.0, RANGE_RULE), (float("nan"), RANGE_RULE)],
+                         ids=["str_1.0", "str_static", "int_10e400", "float_1e39", "zero", "nan"])
+def test_tensor_sf_host_values_on_the_cpu(tensor_sf, rule, fake_gpu):
+    """Host tensor_sf rows on the CPU, CuPy and the driver faked: the message, and no launch."""
+    cp = fake_gpu.cupy
+    out, sf_out = _buffers(cp)
+    expect_rejected(ValueError, r"tensor_sf must be", _words(f"got {tensor_sf!r}"), rule,
+                    lambda: fp4q.quantize_nvfp4(_x(cp), tensor_sf, out=out, sf_out=sf_out))
+    assert fake_gpu.launches == []
 
 
 @gpu
@@ -607,24 +631,25 @@ def test_mxfp4_config_passed_to_quantize_nvfp4(path):
     expect_rejected(ValueError, r"\bconfig\b", _words("32"), _words("16"), call, watch)
 
 
-DYNAMIC_BAD = {
-    "out_shape": (ValueError, r"\bout must have shape", dict(out="bad_shape")),
-    "sf_layout": (ValueError, r"sf_layout must be", dict(sf_layout="bogus")),
-    "pdl": (TypeError, r"pdl must be a bool", dict(pdl=1)),
-    "stream": (TypeError, r"stream must be", dict(stream="default")),
-    "config": (TypeError, r"config must be", dict(config="fast")),
-    "x_dtype": (TypeError, r"\bx must hold", dict(x="float32")),
+DYNAMIC_BAD = {  # (type, argument named, value, rule, what the row changes)
+    "out_shape": (ValueError, r"\bout must have shape", _words("got (4, 48)"), _words("have shape (4, 32)"),
+                  dict(out="bad_shape")),
+    "sf_layout": (ValueError, r"sf_layout must be", _words("got 'bogus'"), _words("'swizzled' or 'linear'"),
+                  dict(sf_layout="bogus")),
+    "pdl": (TypeError, r"pdl must be a bool", _words("got 1"), _words("must be a bool"), dict(pdl=1)),
+    "stream": (TypeError, r"stream must be", _words("got 'default'"), _words("a cupy.cuda.Stream"),
+               dict(stream="default")),
+    "config": (TypeError, r"config must be", _words("got str"), _words("None, a QuantizeConfig or a SimtConfig"),
+               dict(config="fast")),
+    "x_dtype": (TypeError, r"\bx must hold", _words("got dtype float32"), _words("bfloat16 or float16"),
+                dict(x="float32")),
 }
 
 
-@gpu
-@pytest.mark.parametrize("bad", sorted(DYNAMIC_BAD))
-def test_dynamic_tensor_sf_with_another_bad_argument(bad):
-    """tensor_sf='dynamic' (the scale computed on the device first) does not change what a bad argument
-    raises, and nothing is written to the caller's buffers."""
-    cp = _cp()
+def _dynamic_bad_call(cp, bad):
+    """The row's call, and the caller's buffers it must leave untouched."""
+    exc_type, arg, value, rule, change = DYNAMIC_BAD[bad]
     x = _x(cp)
-    exc_type, arg, change = DYNAMIC_BAD[bad]
     out, sf_out = _buffers(cp)
     kwargs = dict(sf_layout="swizzled", out=out, sf_out=sf_out)
     kwargs.update(change)
@@ -632,8 +657,26 @@ def test_dynamic_tensor_sf_with_another_bad_argument(bad):
         kwargs["out"] = cp.full((M, K // 2 + 16), FILL, dtype=cp.uint8)
     if "x" in kwargs:
         x = cp.zeros((M, K), dtype=kwargs.pop("x"))
-    watch = [b for b in (kwargs["out"], kwargs["sf_out"], out, sf_out)]
-    expect_rejected(exc_type, arg, r".", r".", lambda: fp4q.quantize_nvfp4(x, "dynamic", **kwargs), watch)
+    return (lambda: fp4q.quantize_nvfp4(x, "dynamic", **kwargs)), [kwargs["out"], kwargs["sf_out"], out, sf_out]
+
+
+@gpu
+@pytest.mark.parametrize("bad", sorted(DYNAMIC_BAD))
+def test_dynamic_tensor_sf_with_another_bad_argument(bad):
+    """tensor_sf='dynamic' (the scale computed on the device first) does not change what a bad argument
+    raises, and nothing is written to the caller's buffers."""
+    exc_type, arg, value, rule, _ = DYNAMIC_BAD[bad]
+    call, watch = _dynamic_bad_call(_cp(), bad)
+    expect_rejected(exc_type, arg, value, rule, call, watch)
+
+
+@pytest.mark.parametrize("bad", sorted(DYNAMIC_BAD))
+def test_dynamic_tensor_sf_with_another_bad_argument_launches_nothing(bad, fake_gpu):
+    """The same rows on the CPU, CuPy and the driver faked: the same message, and no launch."""
+    exc_type, arg, value, rule, _ = DYNAMIC_BAD[bad]
+    call, _ = _dynamic_bad_call(fake_gpu.cupy, bad)
+    expect_rejected(exc_type, arg, value, rule, call)
+    assert fake_gpu.launches == []
 
 
 CONFIG_ERRORS = [
