@@ -394,10 +394,21 @@ def test_input_checks_after_a_plan_exists(gpu):
 
 def test_empty_inputs_launch_nothing_on_either_path(gpu):
     cp = gpu.cupy
-    for shape, layout in [((0, 64), "swizzled"), ((5, 0), "linear")]:
+    for shape, layout, q_shape, sf_shape in [((0, 64), "swizzled", (0, 32), (0, 1, 32, 4, 4)),
+                                             ((5, 0), "linear", (5, 0), (5, 0))]:
         for _ in range(2):
             q, sf, launch = call(gpu, cp.array(shape), 1.0, sf_layout=layout)
             assert launch is None
+            assert (q.shape, q.dtype, sf.shape, sf.dtype) == (q_shape, np.uint8, sf_shape, np.uint8)
+
+
+@pytest.mark.parametrize("sf_layout, sf_shape", [("swizzled", (1, 65, 32, 4, 4)), ("linear", (257,))])
+def test_a_one_dimensional_x_is_one_row(gpu, sf_layout, sf_shape):
+    cp = gpu.cupy
+    x = cp.array((4112,))
+    q, sf, launch = call(gpu, x, 1.0, sf_layout=sf_layout)
+    assert (q.shape, sf.shape) == ((2056,), sf_shape)
+    assert (launch["args"]["rows"], launch["args"]["cols"]) == (1, 4112)
     # pdl, the stream and the config are still checked for an empty input.
     for _ in range(2):
         with pytest.raises(TypeError, match="pdl must be a bool"):
@@ -846,14 +857,39 @@ def test_dequantize_rules_after_a_plan_exists(gpu):
         (dict(out=FakeArray((16, 256), np.uint16, q.data.ptr)), ValueError, "out overlaps q"),
         (dict(pdl=None), TypeError, "pdl must be a bool"),
         (dict(config="x"), TypeError, "config must be None, a DequantizeConfig or a DequantizeSimtConfig"),
+        (dict(sf_layout="rows"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
+        (dict(dtype="float16"), ValueError, "dtype must be 'bfloat16' or 'float32', got 'float16'"),
+        (dict(q=cp.array((16, 64), np.uint16)), TypeError, "q must hold uint8 bytes .*got dtype uint16"),
     ]:
-        kwargs = dict(sf=sf, tensor_sf=1.0)
+        kwargs = dict(q=q, sf=sf, tensor_sf=1.0)
         kwargs.update(bad)
         with pytest.raises(exc_type, match=message):
-            dequantize_nvfp4(q, kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
+            dequantize_nvfp4(kwargs.pop("q"), kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
     with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
         dequantize_mxfp4(cp.array((4, 24), np.uint8), cp.array((4, 1), np.uint8), sf_layout="linear")
     assert len(gpu.launches) == 1
+
+
+def test_global_scale_rules_first_and_after_a_plan_exists(gpu):
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    x = cp.array((4, 16))
+    bad_calls = [
+        (lambda: global_scale(cp.array((4, 16), np.float32)), TypeError, "x must hold bfloat16 or float16 values"),
+        (lambda: global_scale(x, pdl=None), TypeError, "pdl must be a bool, got None"),
+        (lambda: global_scale(x, stream=[0]), TypeError, "stream must be a cupy.cuda.Stream"),
+        (lambda: api.quantize_nvfp4(x, "auto"), ValueError,
+         "tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'auto'"),
+    ]
+    for stored in (False, True):
+        if stored:
+            global_scale(x)
+        before = len(gpu.launches)
+        for call, exc_type, message in bad_calls:
+            with pytest.raises(exc_type, match=message):
+                call()
+        assert len(gpu.launches) == before
 
 
 @pytest.mark.parametrize("offset, vector", [(0, True), (2, False)])
