@@ -205,7 +205,7 @@ def test_x_on_the_host_is_rejected_without_a_gpu(x, value):
 
 
 def test_x_torch_cpu_tensor():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
     x = torch.zeros((M, K), dtype=torch.bfloat16)
     expect_rejected(
         TypeError, r"\bx must be", _words("Tensor"), _words("must be a CUDA array"),

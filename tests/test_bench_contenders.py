@@ -14,7 +14,7 @@ from fp4q.numerics import reference
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import bench_contenders  # noqa: E402
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 
 def test_corner_input_has_the_cases_it_promises():

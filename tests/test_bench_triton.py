@@ -21,8 +21,8 @@ import pytest
 
 from fp4q import reference
 
-pytest.importorskip("triton")
-pytest.importorskip("torch")
+pytest.importorskip("triton", exc_type=ModuleNotFoundError)
+pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
