@@ -91,8 +91,8 @@ class FakeCupy(types.ModuleType):
         fake = self
 
         class Device:
-            def __init__(self, id):
-                self.id = id
+            def __init__(self, id=None):
+                self.id = fake.current_device if id is None else id
 
             def __enter__(self):
                 self.prev, fake.current_device = fake.current_device, self.id
@@ -100,13 +100,16 @@ class FakeCupy(types.ModuleType):
             def __exit__(self, *exc):
                 fake.current_device = self.prev
 
+            def synchronize(self):
+                """Nothing runs on the fake device."""
+
         self.cuda = types.SimpleNamespace(
             Device=Device,
             Stream=FakeStream,
             ExternalStream=FakeStream,
             get_current_stream=lambda device_id=-1: self.current_stream[
                 self.current_device if device_id == -1 else device_id],
-            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device),
+            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device, getDeviceCount=lambda: 1),
         )
 
     def alloc(self, nbytes):
@@ -135,6 +138,103 @@ class FakeCupy(types.ModuleType):
         """A device array at a fresh 512-byte aligned address plus ``offset`` bytes."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         return FakeArray(shape, dtype, self.alloc(nbytes + offset) + offset, **kwargs)
+
+
+class HostMemory:
+    """A pointer into a host-backed array's buffer, with CuPy's ``memptr + bytes`` arithmetic."""
+
+    __slots__ = ("buffer", "offset", "ptr", "device_id")
+
+    def __init__(self, buffer: np.ndarray, offset: int, device_id: int = 0):
+        self.buffer, self.offset, self.device_id = buffer, offset, device_id
+        self.ptr = buffer.__array_interface__["data"][0] + offset
+
+    def __add__(self, nbytes: int) -> "HostMemory":
+        return HostMemory(self.buffer, self.offset + nbytes, self.device_id)
+
+
+class DeviceArray:
+    """A CuPy-like array whose memory is a host numpy array: its shape, strides, views and
+    addresses are real, so every rule of fp4q's call path sees what it would see on a GPU;
+    no kernel ever writes it (the fake driver only records launches)."""
+
+    def __init__(self, shape, dtype=np.float64, memptr: HostMemory | None = None, *, host=None, buffer=None):
+        if host is None:
+            host = np.ndarray(shape, dtype, buffer=memptr.buffer, offset=memptr.offset)
+            buffer = memptr.buffer
+        self._host, self._buffer = host, buffer
+
+    @classmethod
+    def new(cls, host: np.ndarray) -> "DeviceArray":
+        """``host`` (C-contiguous, owning its memory) as a device array."""
+        return cls(None, host=host, buffer=host.reshape(-1).view(np.uint8))
+
+    def _wrap(self, host: np.ndarray) -> "DeviceArray":
+        return DeviceArray(None, host=host, buffer=self._buffer)
+
+    shape = property(lambda self: self._host.shape)
+    strides = property(lambda self: self._host.strides)
+    dtype = property(lambda self: self._host.dtype)
+    ndim = property(lambda self: self._host.ndim)
+    size = property(lambda self: self._host.size)
+    nbytes = property(lambda self: self._host.nbytes)
+    flags = property(lambda self: self._host.flags)
+    _c_contiguous = property(lambda self: self._host.flags.c_contiguous)  # CuPy's own flag
+    T = property(lambda self: self._wrap(self._host.T))
+    device = property(lambda self: types.SimpleNamespace(id=0))
+
+    @property
+    def data(self) -> HostMemory:
+        offset = self._host.__array_interface__["data"][0] - self._buffer.__array_interface__["data"][0]
+        return HostMemory(self._buffer, offset)
+
+    def __getitem__(self, index):
+        return self._wrap(self._host[index])
+
+    def view(self, dtype):
+        return self._wrap(self._host.view(dtype))
+
+    def reshape(self, *shape):
+        return self._wrap(self._host.reshape(*shape))
+
+    def ravel(self):
+        return self._wrap(self._host.ravel())
+
+    def astype(self, dtype):
+        return DeviceArray.new(self._host.astype(dtype))
+
+    def copy(self):
+        return DeviceArray.new(self._host.copy())
+
+    def get(self) -> np.ndarray:
+        return self._host.copy()
+
+
+class HostCupy(FakeCupy):
+    """The fake CuPy module with host-backed arrays (``DeviceArray``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ndarray = DeviceArray
+        self.int8, self.float16, self.float64 = np.int8, np.float16, np.float64
+
+    def empty(self, shape, dtype):
+        return DeviceArray.new(np.zeros(shape, dtype))
+
+    def zeros(self, shape, dtype=np.float64):
+        return DeviceArray.new(np.zeros(shape, dtype))
+
+    def ones(self, shape, dtype=np.float64):
+        return DeviceArray.new(np.ones(shape, dtype))
+
+    def full(self, shape, fill_value, dtype=None):
+        return DeviceArray.new(np.full(shape, fill_value, dtype))
+
+    def asarray(self, a):
+        return DeviceArray.new(np.array(a))
+
+    def asnumpy(self, a):
+        return a.get()
 
 
 # --------------------------------------------------------------------------------------------------- fake driver
@@ -207,10 +307,10 @@ class FakeDriver:
         return (SUCCESS,)
 
 
-def install(monkeypatch) -> FakeDriver:
-    """Put the fakes in place of CuPy and the driver (undone with ``monkeypatch``); the fake CuPy
-    module is the returned driver's ``cupy``."""
-    fake_cupy, fake = FakeCupy(), FakeDriver()
+def install(monkeypatch, fake_cupy: FakeCupy | None = None) -> FakeDriver:
+    """Put the fakes in place of CuPy (``FakeCupy()`` unless given) and the driver (undone with
+    ``monkeypatch``); the fake CuPy module is the returned driver's ``cupy``."""
+    fake_cupy, fake = fake_cupy or FakeCupy(), FakeDriver()
     monkeypatch.setattr(arrays, "_cupy_module", fake_cupy)
     monkeypatch.setattr(streams, "_cupy_current_stream", None)  # bound to the fake on first use
     monkeypatch.setattr(driver, "_device", fake.device)
