@@ -61,12 +61,20 @@ def bench_copy(env, case: Case) -> Row:
     return Row("device copy (same bytes)", case.copy_us, case.copy_min_us, note="roofline: timing.copy_fn")
 
 
+# What the notes say of the config the default call picks, by its kind.
+CONFIG_FIELDS = {
+    "QuantizeConfig": ("tile_m", "tile_k", "num_stages", "consumer_warpgroups", "min_ctas_per_sm", "persistent"),
+    "SimtConfig": ("vector", "vector_elements", "threads"),
+}
+
+
 def bench_fp4q(env, case: Case, pdl: bool) -> Row:
     fp4q = env.fp4q
-    fields = ("tile_m", "tile_k", "num_stages", "consumer_warpgroups", "min_ctas_per_sm", "persistent")
+    fields = ()
     try:  # which config the default picks: for the notes only, a failure here is not the row's
         cfg = fp4q.config_for(case.x, case.tsf, out=case.q, sf_out=case.sf)
-        described = ",".join(f"{f}={getattr(cfg, f)}" for f in fields if hasattr(cfg, f))
+        fields = CONFIG_FIELDS.get(type(cfg).__name__, ())
+        described = ",".join(f"{f}={getattr(cfg, f)}" for f in fields)
     except Exception as exc:  # noqa: BLE001
         cfg, described = None, f"not reported: {type(exc).__name__}: {exc}"
     case.q.fill(0xAB)
@@ -82,7 +90,7 @@ def bench_fp4q(env, case: Case, pdl: bool) -> Row:
     if not same:
         row.note += "; output differs from the PDL-on call"
         env.problems.append(f"{case.m}x{case.k}: fp4q with pdl={pdl} gave other bytes than with pdl=True")
-    row.extra["config"] = {f: str(getattr(cfg, f)) for f in fields if hasattr(cfg, f)}
+    row.extra["config"] = {f: str(getattr(cfg, f)) for f in fields}
     row.extra["config_type"] = type(cfg).__name__ if cfg is not None else None
     row.note += f"; config {type(cfg).__name__}({described})"
     return row

@@ -9,6 +9,9 @@ def pytest_collection_modifyitems(config, items):
     available, reason = gpu_status()
     if available:
         return
+    # On a machine meant to run the GPU tests, a broken install or driver must fail the run, not skip them.
+    if os.environ.get("FP4Q_REQUIRE_GPU") == "1":
+        raise pytest.UsageError(f"FP4Q_REQUIRE_GPU=1, but the GPU tests cannot run: {reason}")
     skip = pytest.mark.skip(reason=f"needs a GPU: {reason}")
     for item in items:
         if "gpu" in item.keywords:

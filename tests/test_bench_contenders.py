@@ -14,7 +14,7 @@ from fp4q.numerics import reference
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import bench_contenders  # noqa: E402
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 
 def test_corner_input_has_the_cases_it_promises():
@@ -90,3 +90,12 @@ def test_triton_row_reports_a_second_timing_of_the_chosen_tile(monkeypatch):
     assert env.best_tile[(1, 64)] == (2, 64, 4)
     assert calls[-1] == (2, 64, 4)
     assert "chosen at 4.00 us and timed again" in row.note
+
+
+def test_the_config_notes_name_attributes_of_each_config_kind():
+    from fp4q.kernels import quantize
+
+    assert set(bench_contenders.CONFIG_FIELDS) == {"QuantizeConfig", "SimtConfig"}
+    for kind, fields in bench_contenders.CONFIG_FIELDS.items():
+        cfg = getattr(quantize, kind)()
+        assert all(hasattr(cfg, field) for field in fields), kind

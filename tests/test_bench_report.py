@@ -36,7 +36,7 @@ def test_bytes_each_operation_moves(name, read, written):
 
 def test_every_format_row_of_the_benchmark_is_an_operation():
     for name, _label in bench_measure.FORMAT_OPS:
-        sweep_ops.make(name)
+        assert sweep_ops.make(name).name == name
 
 
 def test_formats_table_renders_ratios_and_failures():

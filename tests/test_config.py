@@ -175,8 +175,10 @@ def test_box_dimension_out_of_range(field, value):
 
 
 def test_box_of_256_elements_is_allowed():
-    QuantizeConfig(tile_k=256, input_box_k=256, input_swizzle=S.NONE, output_box_k=128,
-                   output_swizzle=S.NONE, num_stages=2)
+    cfg = QuantizeConfig(tile_k=256, input_box_k=256, input_swizzle=S.NONE, output_box_k=128,
+                         output_swizzle=S.NONE, num_stages=2)
+    assert (cfg.input_box_k, cfg.output_box_k) == (256, 128)
+    assert cfg.spec.maps[0].box[0] == 256
 
 
 @pytest.mark.parametrize("field", ["input_swizzle", "output_swizzle"])

@@ -8,12 +8,12 @@ import threading
 import types
 
 import pytest
+from cuda.bindings import driver as cu
 
 from fp4q.jit import loader
 from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 
-cu = pytest.importorskip("cuda.bindings.driver")
 SUCCESS = cu.CUresult.CUDA_SUCCESS
 
 

@@ -1,7 +1,7 @@
 """Launch plans and the call path of quantize (fp4q/ops) without a GPU.
 
 CuPy arrays, the device, kernel loading, tensor-map encoding and the
-driver's launch are faked; everything else (validation, plans, argument
+driver's launch are faked (tests/fakes.py); everything else (validation, plans, argument
 packing, CUlaunchConfig objects) is the real code. Each launch is decoded
 from the void*[] the driver would read, by the kernel spec's parameter list,
 into arguments by name, and compared with what the call means (the grid,
@@ -14,218 +14,34 @@ the tensor_sf value are per call.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import re
 import threading
-import types
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
-from fp4q.cuda import driver, tma
+from fp4q.cuda import driver
 from fp4q.cuda import launch as launch_module
 from fp4q.cuda.launch import Launcher
-from fp4q.cuda.tma import TensorMapCache, TensorMapSpec
-from fp4q.jit import loader
+from fp4q.cuda.tma import TensorMapSpec
 from fp4q.kernels import tuning
 from fp4q.kernels.global_scale import FusedDynamicConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import KernelSpec, StrideGrid
 from fp4q.kernels.walk import unit_divisor
 from fp4q.numerics.layouts import swizzled_sf_shape
-from fp4q.ops import arrays, plans, streams
+from fp4q.ops import plans
 from fp4q.ops import quantize as api
 
-cu = pytest.importorskip("cuda.bindings.driver")
-
-SUCCESS = cu.CUresult.CUDA_SUCCESS
-PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-SM_COUNT = 132
-CTAS_PER_SM = 2
-C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
-           "f32": ctypes.c_float}
-
-
-# --------------------------------------------------------------------------------------------------- fake CuPy
-class FakeMemory:
-    __slots__ = ("ptr", "device_id")
-
-    def __init__(self, ptr, device_id):
-        self.ptr = ptr
-        self.device_id = device_id
-
-
-class FakeArray:
-    """What fp4q reads of a cupy.ndarray."""
-
-    def __init__(self, shape, dtype, ptr, strides=None, device=0):
-        self.dtype = np.dtype(dtype)
-        self.shape = tuple(shape)
-        self.ndim = len(self.shape)
-        self.size = math.prod(self.shape)
-        self.nbytes = self.size * self.dtype.itemsize
-        if strides is None:
-            strides, step = [], self.dtype.itemsize
-            for d in reversed(self.shape):
-                strides.insert(0, step)
-                step *= d
-        self.strides = tuple(strides)
-        self.data = FakeMemory(ptr, device)
-        step, contiguous = self.dtype.itemsize, True
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
-            contiguous &= dim <= 1 or stride == step
-            step *= dim
-        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
-        self._c_contiguous = contiguous  # CuPy's own flag, which the output rule reads
-
-    @property
-    def device(self):
-        return types.SimpleNamespace(id=self.data.device_id)
-
-    def __getitem__(self, index):
-        """The first element, as a 0-d array (what global_scale returns)."""
-        assert index == 0 and self.size
-        return FakeArray((), self.dtype, self.data.ptr, (), self.data.device_id)
-
-
-class FakeStream:
-    def __init__(self, ptr, device_id=-1):
-        self.ptr = ptr
-        self.device_id = device_id
-
-
-class FakeCupy(types.ModuleType):
-    def __init__(self):
-        super().__init__("cupy")
-        self.ndarray = FakeArray
-        self.next_ptr = 0x7F0000000000
-        self.current_device = 0
-        self.current_stream = {0: FakeStream(0), 1: FakeStream(0)}
-        self.allocations = []
-        fake = self
-
-        class Device:
-            def __init__(self, id):
-                self.id = id
-
-            def __enter__(self):
-                self.prev, fake.current_device = fake.current_device, self.id
-
-            def __exit__(self, *exc):
-                fake.current_device = self.prev
-
-        self.cuda = types.SimpleNamespace(
-            Device=Device,
-            Stream=FakeStream,
-            ExternalStream=FakeStream,
-            get_current_stream=lambda device_id=-1: self.current_stream[
-                self.current_device if device_id == -1 else device_id],
-            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device),
-        )
-
-    def alloc(self, nbytes):
-        ptr = self.next_ptr
-        self.next_ptr += (nbytes + 511) // 512 * 512 + 512
-        return ptr
-
-    def empty(self, shape, dtype):
-        arr = FakeArray(shape, dtype, self.alloc(math.prod(shape) * np.dtype(dtype).itemsize),
-                        device=self.current_device)
-        self.allocations.append(arr)
-        return arr
-
-    def array(self, shape, dtype=np.uint16, offset=0, **kwargs):
-        """A device array at a fresh 512-byte aligned address plus ``offset`` bytes."""
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        return FakeArray(shape, dtype, self.alloc(nbytes + offset) + offset, **kwargs)
-
-
-# --------------------------------------------------------------------------------------------------- fake driver
-class FakeDriver:
-    """Records launches, decoded from the argument block as the driver would read it."""
-
-    def __init__(self):
-        self.context = cu.CUcontext(0x5000)
-        self.current = self.context
-        self.launches = []
-        self.pushes = []
-        self.functions = {}  # int(CUfunction) -> spec
-        self.config_of = {}  # spec -> the config the call resolved to it
-        self.encodes = []  # (spec, what)
-        self.maps = {}  # address of a map's storage -> its spec
-
-    def device(self, ordinal):
-        return driver.Device(ordinal, "Fake H200", (9, 0), SM_COUNT, 232448, self.context, int(self.context))
-
-    def load(self, spec, dev):
-        function = cu.CUfunction(0x1000 + len(self.functions))
-        self.functions[int(function)] = spec
-        return loader.LoadedKernel(spec, None, dev, function, CTAS_PER_SM, None)
-
-    def counter_for(self, dev, stream):
-        """tile_tickets.counter_for: one made-up counter address per stream."""
-        return 0xC0DE0000 + 8 * stream
-
-    def encode(self, spec, what):
-        spec.validate(what)
-        tensor_map = cu.CUtensorMap()
-        self.encodes.append((spec, what))
-        self.maps[int(tensor_map.getPtr())] = spec
-        return tensor_map
-
-    def cuCtxGetCurrent(self):
-        return (SUCCESS, self.current)
-
-    def cuCtxPushCurrent(self, ctx):
-        self.pushes.append(("push", int(ctx), int(self.current)))
-        self.saved, self.current = self.current, ctx
-        return (SUCCESS,)
-
-    def cuCtxPopCurrent(self):
-        self.pushes.append(("pop",))
-        self.current = self.saved
-        return (SUCCESS, self.current)
-
-    def cuLaunchKernelEx(self, config, function, params, extra):
-        assert extra == 0 and isinstance(params, int)
-        assert int(self.current) == int(self.context), "launched outside the device's context"
-        spec = self.functions[int(function)]
-        slots = (ctypes.c_void_p * len(spec.params)).from_address(params)
-        args = {}
-        for param, slot in zip(spec.params, slots):
-            if param.kind == "map":
-                args[param.name] = self.maps[slot]
-            else:
-                args[param.name] = C_TYPES[param.kind].from_address(slot).value or 0
-        pdl = config.numAttrs == 1
-        if pdl:
-            attr = config.attrs[0]
-            assert attr.id == PDL_ATTR and attr.value.programmaticStreamSerializationAllowed == 1
-        self.launches.append(dict(
-            config=self.config_of.get(spec), spec=spec, grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
-            block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
-            stream=int(config.hStream), pdl=pdl, args=args, thread=threading.get_ident(),
-            launch_config=config,  # kept alive, so ids are not reused during a test
-        ))
-        return (SUCCESS,)
+import fakes
+from fakes import CTAS_PER_SM, SM_COUNT, SUCCESS, FakeArray, FakeDriver, FakeStream
 
 
 @pytest.fixture
 def gpu(monkeypatch):
-    fake_cupy, fake = FakeCupy(), FakeDriver()
-    monkeypatch.setattr(arrays, "_cupy_module", fake_cupy)
-    monkeypatch.setattr(streams, "_cupy_current_stream", None)  # bound to the fake on first use
-    monkeypatch.setattr(driver, "_device", fake.device)
-    monkeypatch.setattr(loader, "_load", fake.load)
-    monkeypatch.setattr(loader, "_loaded", {})
-    monkeypatch.setattr(tma, "encode", fake.encode)
-    monkeypatch.setattr(launch_module, "counter_for", fake.counter_for)
-    monkeypatch.setattr(launch_module, "tensor_maps", TensorMapCache())
-    for name in ("cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuLaunchKernelEx"):
-        monkeypatch.setattr(cu, name, getattr(fake, name))
-    plans.plans.clear()
-    fake.cupy = fake_cupy
+    fake = fakes.install(monkeypatch)
     fake.views = 0  # calls that ran the rules on x (the first of a kind)
     fake.checked = 0  # kernel choices (the first call of a kind, alignment and tensor_sf mode)
     input_view, resolve_config = api.input_view, api.resolve_config
@@ -578,10 +394,21 @@ def test_input_checks_after_a_plan_exists(gpu):
 
 def test_empty_inputs_launch_nothing_on_either_path(gpu):
     cp = gpu.cupy
-    for shape, layout in [((0, 64), "swizzled"), ((5, 0), "linear")]:
+    for shape, layout, q_shape, sf_shape in [((0, 64), "swizzled", (0, 32), (0, 1, 32, 4, 4)),
+                                             ((5, 0), "linear", (5, 0), (5, 0))]:
         for _ in range(2):
             q, sf, launch = call(gpu, cp.array(shape), 1.0, sf_layout=layout)
             assert launch is None
+            assert (q.shape, q.dtype, sf.shape, sf.dtype) == (q_shape, np.uint8, sf_shape, np.uint8)
+
+
+@pytest.mark.parametrize("sf_layout, sf_shape", [("swizzled", (1, 65, 32, 4, 4)), ("linear", (257,))])
+def test_a_one_dimensional_x_is_one_row(gpu, sf_layout, sf_shape):
+    cp = gpu.cupy
+    x = cp.array((4112,))
+    q, sf, launch = call(gpu, x, 1.0, sf_layout=sf_layout)
+    assert (q.shape, sf.shape) == ((2056,), sf_shape)
+    assert (launch["args"]["rows"], launch["args"]["cols"]) == (1, 4112)
     # pdl, the stream and the config are still checked for an empty input.
     for _ in range(2):
         with pytest.raises(TypeError, match="pdl must be a bool"):
@@ -1051,14 +878,39 @@ def test_dequantize_rules_after_a_plan_exists(gpu):
         (dict(out=FakeArray((16, 256), np.uint16, q.data.ptr)), ValueError, "out overlaps q"),
         (dict(pdl=None), TypeError, "pdl must be a bool"),
         (dict(config="x"), TypeError, "config must be None, a DequantizeConfig or a DequantizeSimtConfig"),
+        (dict(sf_layout="rows"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
+        (dict(dtype="float16"), ValueError, "dtype must be 'bfloat16' or 'float32', got 'float16'"),
+        (dict(q=cp.array((16, 64), np.uint16)), TypeError, "q must hold uint8 bytes .*got dtype uint16"),
     ]:
-        kwargs = dict(sf=sf, tensor_sf=1.0)
+        kwargs = dict(q=q, sf=sf, tensor_sf=1.0)
         kwargs.update(bad)
         with pytest.raises(exc_type, match=message):
-            dequantize_nvfp4(q, kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
+            dequantize_nvfp4(kwargs.pop("q"), kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
     with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
         dequantize_mxfp4(cp.array((4, 24), np.uint8), cp.array((4, 1), np.uint8), sf_layout="linear")
     assert len(gpu.launches) == 1
+
+
+def test_global_scale_rules_first_and_after_a_plan_exists(gpu):
+    from fp4q.ops.global_scale import global_scale
+
+    cp = gpu.cupy
+    x = cp.array((4, 16))
+    bad_calls = [
+        (lambda: global_scale(cp.array((4, 16), np.float32)), TypeError, "x must hold bfloat16 or float16 values"),
+        (lambda: global_scale(x, pdl=None), TypeError, "pdl must be a bool, got None"),
+        (lambda: global_scale(x, stream=[0]), TypeError, "stream must be a cupy.cuda.Stream"),
+        (lambda: api.quantize_nvfp4(x, "auto"), ValueError,
+         "tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'auto'"),
+    ]
+    for stored in (False, True):
+        if stored:
+            global_scale(x)
+        before = len(gpu.launches)
+        for call, exc_type, message in bad_calls:
+            with pytest.raises(exc_type, match=message):
+                call()
+        assert len(gpu.launches) == before
 
 
 @pytest.mark.parametrize("offset, vector", [(0, True), (2, False)])

@@ -8,13 +8,12 @@ import threading
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
 from fp4q.cuda import driver
 from fp4q.numerics import reference
 from fp4q.cuda import tile_tickets
 from helpers import assert_bytes_equal, random_bf16
-
-cu = pytest.importorskip("cuda.bindings.driver")
 
 SUCCESS = cu.CUresult.CUDA_SUCCESS
 NONE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE

@@ -1,5 +1,6 @@
 """TMA tensor-map specs: every driver rule checked with a message, and the LRU cache of encoded maps."""
 
+import ctypes
 import math
 import re
 
@@ -235,5 +236,6 @@ def test_encode_the_three_kernel_maps(cfg):
     }
     for what, spec in specs.items():
         tensor_map = tma.encode(spec, what)
-        assert tensor_map is not None
-        assert int(tensor_map.getPtr()) != 0
+        # The map is opaque; the driver must at least have written its 128 bytes.
+        encoded = bytes((ctypes.c_ubyte * 128).from_address(int(tensor_map.getPtr())))
+        assert any(encoded), what

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 import fp4q  # noqa: E402
 import fp4q.torch as ft  # noqa: E402
