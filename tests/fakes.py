@@ -170,6 +170,9 @@ class DeviceArray:
         return cls(None, host=host, buffer=host.reshape(-1).view(np.uint8))
 
     def _wrap(self, host: np.ndarray) -> "DeviceArray":
+        """A view of this array, or, where numpy had to copy (a reshape of strided memory), new memory."""
+        if not np.may_share_memory(host, self._buffer):
+            return DeviceArray.new(np.ascontiguousarray(host))
         return DeviceArray(None, host=host, buffer=self._buffer)
 
     shape = property(lambda self: self._host.shape)

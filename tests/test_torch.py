@@ -67,7 +67,8 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("quantize_nvfp4_out", "default"), ("quantize_mxfp4", "default"), ("quantize_mxfp4_out", "default"),
              ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
              ("dequantize_nvfp4_out", "default"), ("dequantize_mxfp4", "default"),
-             ("dequantize_mxfp4_out", "default"), ("global_scale", "default"), ("quantize_nvfp4_dynamic", "default")]
+             ("dequantize_mxfp4_out", "default"), ("global_scale", "default"), ("quantize_nvfp4_dynamic", "default"),
+             ("quantize_nvfp4_dynamic_out", "default")]
 
 
 def test_schemas():
@@ -76,12 +77,15 @@ def test_schemas():
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         if name.endswith("_out"):
             assert mutated == (["out", "sf_out"] if name.startswith("quantize") else ["out"]), schema
-            assert not schema.returns, schema
+            # The dynamic scale is computed, and returned; other out= ops return nothing.
+            assert len(schema.returns) == (1 if "dynamic" in name else 0), schema
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
         if name == "quantize_nvfp4_dynamic":  # the scale is computed, and returned third
             assert not scale and len(schema.returns) == 3, schema
+        elif name == "quantize_nvfp4_dynamic_out":
+            assert not scale, schema
         elif "nvfp4" in name:
             assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
         else:
@@ -118,6 +122,10 @@ def test_quantize_nvfp4_fake_shapes(fake, shape, layout):
         assert meta(q) == (q_shape, torch.uint8, "cuda") and meta(sf) == want_sf
     q, sf, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout=layout, fp4_dtype=True)
     assert meta(q) == (q_shape, torch.float4_e2m1fn_x2, "cuda") and meta(sf) == want_sf
+    assert meta(scale) == ((), torch.float32, "cuda")
+    sf_buffer = fake_cuda(want_sf[0], torch.float8_e4m3fn)
+    q, sf, scale = ft.quantize_nvfp4(x, "dynamic", sf_layout=layout, sf_out=sf_buffer, fp4_dtype=True)
+    assert sf is sf_buffer and meta(q) == (q_shape, torch.float4_e2m1fn_x2, "cuda")
     assert meta(scale) == ((), torch.float32, "cuda")
     assert meta(ft.global_scale(x)) == ((), torch.float32, "cuda")
     out = fake_cuda(q_shape, torch.uint8)
@@ -234,9 +242,10 @@ def _every_op(x, t, y):
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
     y4 = ft.dequantize_mxfp4(qm, sfm, out=torch.empty_like(y))
     v = ft.scaled_fp4_quant(x, t)
-    # The dynamic scale with out= given: the global_scale op, then quantize_nvfp4_out.
+    # The dynamic scale with out= given: one op, quantize_nvfp4_dynamic_out.
     q4, sf4, scale4 = ft.quantize_nvfp4(x, "dynamic", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
-    return q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4
+    return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
+            ft.global_scale(x))
 
 
 def _functional_ops(x, t, y):
@@ -324,6 +333,8 @@ def test_every_op_bit_exact(shape, layout):
     for got in (ft.quantize_nvfp4(x, tsf, sf_layout=layout), ft.quantize_nvfp4(x, t, sf_layout=layout),
                 ft.quantize_nvfp4(x, t.reshape(1), sf_layout=layout, fp4_dtype=True),
                 ft.quantize_nvfp4(x, "dynamic", sf_layout=layout)[:2],
+                ft.quantize_nvfp4(x, "dynamic", sf_layout=layout,
+                                  out=torch.full(q_ref.shape, 0xAB, dtype=torch.uint8, device="cuda"))[:2],
                 ft.quantize_nvfp4(x, tsf, sf_layout=layout, out=torch.full(q_ref.shape, 0xAB, dtype=torch.uint8,
                                                                            device="cuda"),
                                   sf_out=torch.full(sf_ref.shape, 0xAB, dtype=torch.uint8, device="cuda")),
@@ -385,6 +396,8 @@ def _opcheck_samples():
         (ops.dequantize_mxfp4_out.default, (qm, sfm, torch.empty_like(x))),
         (ops.global_scale.default, (x,)),
         (ops.quantize_nvfp4_dynamic.default, (x,)), (ops.quantize_nvfp4_dynamic.default, (x, "linear", False, True)),
+        (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(q), torch.empty_like(sf))),
+        (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(ql), torch.empty_like(sfl), "linear", False)),
     ]
 
 

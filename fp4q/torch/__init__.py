@@ -24,6 +24,8 @@ tensor to it instead of converting it to a float with a host sync) and
     quantize_nvfp4_out(Tensor x, float tensor_sf, ...same...) -> ()
     quantize_nvfp4_dynamic(Tensor x, str sf_layout="swizzled", bool pdl=True,
                            bool fp4_dtype=False) -> (Tensor, Tensor, Tensor)
+    quantize_nvfp4_dynamic_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out,
+                               str sf_layout="swizzled", bool pdl=True) -> Tensor
     quantize_mxfp4(Tensor x, str mx_mode="rceil", str sf_layout="swizzled", bool pdl=True,
                    bool fp4_dtype=False) -> (Tensor, Tensor)
     quantize_mxfp4_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil",
@@ -41,10 +43,10 @@ tensor to it instead of converting it to a float with a host sync) and
     global_scale(Tensor x, bool pdl=True) -> Tensor
 
 ``quantize_nvfp4_dynamic`` computes the tensor scale on the device and
-returns it third (one launch where the call path can, as
-``fp4q.quantize_nvfp4(x, "dynamic")``); the wrapper given ``"dynamic"``
-with ``out=`` / ``sf_out=`` runs ``global_scale`` and then
-``quantize_nvfp4_out.Tensor``, all traceable. ``config=`` (a Python object)
+returns it third, ``quantize_nvfp4_dynamic_out`` writes ``out`` /
+``sf_out`` and returns it (one launch where the call path can, as
+``fp4q.quantize_nvfp4(x, "dynamic")``, with every rule checked first).
+``config=`` (a Python object)
 and ``stream=`` have no place in a schema: wrappers given either call the
 ops layer directly, eagerly, and under ``torch.compile`` that call is a
 graph break (``torch.compiler.disable``).
@@ -111,11 +113,12 @@ def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None,
         return _eager_quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4, fp4_dtype)
     if type(tensor_sf) is str:
         check_dynamic(tensor_sf)
-        if out is None and sf_out is None:  # one op: a single launch where the ops layer can (its docstring)
+        # One op either way: a single launch where the ops layer can (its docstring).
+        if out is None and sf_out is None:
             return ops.quantize_nvfp4_dynamic.default(x, sf_layout, pdl, fp4_dtype)
-        scale = ops.global_scale.default(x, pdl)
-        return (*quantize_nvfp4(x, scale, sf_layout=sf_layout, out=out, sf_out=sf_out, pdl=pdl,
-                                fp4_dtype=fp4_dtype), scale)
+        if out is None or sf_out is None:
+            out, sf_out = _missing_outputs(NVFP4, x, sf_layout, out, sf_out, fp4_dtype, torch.float8_e4m3fn)
+        return out, sf_out, ops.quantize_nvfp4_dynamic_out.default(x, out, sf_out, sf_layout, pdl)
     device = _is_tensor(tensor_sf)
     if out is None and sf_out is None:
         op = ops.quantize_nvfp4.Tensor if device else ops.quantize_nvfp4.default

@@ -106,6 +106,10 @@ def _quantize_nvfp4_out(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=Tru
     quantize(x, tensor_sf, sf_layout, out, sf_out, None, None, pdl, NVFP4, OUTPUTS[0])
 
 
+def _quantize_nvfp4_dynamic_out(x, out, sf_out, sf_layout="swizzled", pdl=True):
+    return quantize(x, DYNAMIC, sf_layout, out, sf_out, None, None, pdl, NVFP4, OUTPUTS[0])[2]
+
+
 def _quantize_mxfp4(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
     check_choice("mode", mode, MX_MODES)
     return quantize(x, None, sf_layout, None, None, None, None, pdl, MXFP4[mode], OUTPUTS[fp4_dtype])
@@ -185,6 +189,12 @@ def _quantize_nvfp4_out_fake(x, tensor_sf, out, sf_out, sf_layout="swizzled", pd
     view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
     _scale_rule(tensor_sf, view.device)
     _check_quantize_outputs(view, q_shape, sf_shape, NVFP4, out, sf_out)
+
+
+def _quantize_nvfp4_dynamic_out_fake(x, out, sf_out, sf_layout="swizzled", pdl=True):
+    view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
+    _check_quantize_outputs(view, q_shape, sf_shape, NVFP4, out, sf_out)
+    return x.new_empty((), dtype=torch.float32)
 
 
 def _quantize_mxfp4_fake(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
@@ -277,6 +287,8 @@ for _overload, _scale in ((".Tensor", "Tensor tensor_sf"), ("", "float tensor_sf
               f"{_DEQUANTIZE_TAIL}", "()", _dequantize_nvfp4_out, _dequantize_nvfp4_out_fake)
 _register("quantize_nvfp4_dynamic", f"Tensor x, {_QUANTIZE_TAIL}, bool fp4_dtype=False", "(Tensor, Tensor, Tensor)",
           _quantize_nvfp4_dynamic, _quantize_nvfp4_dynamic_fake)
+_register("quantize_nvfp4_dynamic_out", f"Tensor x, Tensor(a!) out, Tensor(b!) sf_out, {_QUANTIZE_TAIL}", "Tensor",
+          _quantize_nvfp4_dynamic_out, _quantize_nvfp4_dynamic_out_fake)
 _register("quantize_mxfp4", f'Tensor x, str mx_mode="rceil", {_QUANTIZE_TAIL}, bool fp4_dtype=False',
           "(Tensor, Tensor)", _quantize_mxfp4, _quantize_mxfp4_fake)
 _register("quantize_mxfp4_out", f'Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil", {_QUANTIZE_TAIL}',
