@@ -404,26 +404,34 @@ BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 
 
 
 @gpu
-@pytest.mark.parametrize("kernel", ["default", "vector", "plain", "mxfp4"])
+@pytest.mark.parametrize("kernel", ["default", "vector", "plain", "mxfp4", "dynamic"])
 def test_offsets_beyond_32_bits(kernel):
     """A training-sized input (2**32 + 1.5 * 2**20 elements, 8 GB of bf16): every address past 2**31
-    and 2**32 bytes is computed in 64 bits. Sampled rows against the reference."""
+    and 2**32 bytes is computed in 64 bits. Sampled rows against the reference. For the dynamic
+    scale every element is below 2 but the last one, 65536, which the amax pass must reach."""
     import fp4q
 
     cp = _cp()
     require_free_device_memory(cp, 12 << 30)
     x = device_random_bits(cp, (BIG_M, BIG_K), np.uint16)
-    config = {"default": None, "mxfp4": None, "vector": SimtConfig(vector=True), "plain": SimtConfig()}[kernel]
+    tsf = np.float32(0.75)
     if kernel == "mxfp4":
         q, sf = fp4q.quantize_mxfp4(x, sf_layout="linear")
+    elif kernel == "dynamic":
+        x &= cp.uint16(0xBFFF)  # the exponent's top bit clear: finite, |x| < 2
+        x[-1, -1] = 0x4780  # 65536.0
+        q, sf, scale = fp4q.quantize_nvfp4(x, "dynamic", sf_layout="linear")
+        tsf = reference.global_scale(np.array([0x4780], dtype=np.uint16))
+        assert cp.asnumpy(scale)[()] == tsf
     else:
-        q, sf = fp4q.quantize_nvfp4(x, 0.75, sf_layout="linear", config=config)
+        config = {"default": None, "vector": SimtConfig(vector=True), "plain": SimtConfig()}[kernel]
+        q, sf = fp4q.quantize_nvfp4(x, float(tsf), sf_layout="linear", config=config)
     cp.cuda.Device().synchronize()
     rows = cp.asnumpy(x[BIG_ROWS])
     del x
     if kernel == "mxfp4":
         q_ref, sf_ref = reference.quantize_mxfp4(rows, sf_layout="linear")
     else:
-        q_ref, sf_ref = reference.quantize_nvfp4(rows, np.float32(0.75), sf_layout="linear")
+        q_ref, sf_ref = reference.quantize_nvfp4(rows, tsf, sf_layout="linear")
     assert_bytes_equal(cp.asnumpy(q[BIG_ROWS]), q_ref, f"q rows {BIG_ROWS}")
     assert_bytes_equal(cp.asnumpy(sf[BIG_ROWS]), sf_ref, f"sf rows {BIG_ROWS}")
