@@ -75,3 +75,23 @@ def assert_bytes_equal(got, want, what: str) -> None:
         first = [tuple(int(i) for i in idx) for idx in bad[:8]]
         details = ", ".join(f"{i}: got {got[i]:#04x} want {want[i]:#04x}" for i in first)
         raise AssertionError(f"{what}: {len(bad)} of {got.size} bytes differ; first {details}")
+
+
+def device_random_bits(cp, shape, dtype, chunk_rows=4096):
+    """A device array of uniformly random bit patterns (every bf16 / byte value, NaN and Inf
+    included), filled a block of rows at a time so that no full-size temporary is needed."""
+    info = np.iinfo(dtype)
+    a = cp.empty(shape, dtype=dtype)
+    for start in range(0, shape[0], chunk_rows):
+        block = a[start:start + chunk_rows]
+        block[...] = cp.random.randint(int(info.min), int(info.max) + 1, size=block.shape, dtype=cp.int32).astype(dtype)
+    return a
+
+
+def require_free_device_memory(cp, nbytes: int) -> None:
+    """Skip where the device has less free memory than the test needs (a hardware limit)."""
+    import pytest
+
+    free, _ = cp.cuda.runtime.memGetInfo()
+    if free < nbytes:
+        pytest.skip(f"needs {nbytes / 2**30:.0f} GiB of free device memory, {free / 2**30:.1f} GiB free")

@@ -15,7 +15,8 @@ from fp4q.numerics import reference
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.variants import SHIPPED, SHIPPED_MX, SIMT
 
-from helpers import assert_bytes_equal, edge_groups, mixed_groups, random_bf16
+from helpers import (assert_bytes_equal, device_random_bits, edge_groups, mixed_groups, random_bf16,
+                     require_free_device_memory)
 
 gpu = pytest.mark.gpu
 
@@ -394,3 +395,43 @@ def test_one_dimensional_x_is_one_row(sf_layout, k):
     y = fp4q.dequantize_nvfp4(q, sf, tsf, sf_layout=sf_layout, dtype="bfloat16")
     assert y.shape == (k,)
     assert (cp.asnumpy(y) == reference.dequantize_nvfp4(q_ref, sf_ref, tsf, sf_layout, "bfloat16")).all()
+
+
+# Rows whose first byte of x lies just below and above 2**31 and 2**32 bytes, and at the ends; with
+# K = 16384 the codes pass 2**31 bytes too.
+BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
+BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
+
+
+@gpu
+@pytest.mark.parametrize("kernel", ["default", "vector", "plain", "mxfp4", "dynamic"])
+def test_offsets_beyond_32_bits(kernel):
+    """A training-sized input (2**32 + 1.5 * 2**20 elements, 8 GB of bf16): every address past 2**31
+    and 2**32 bytes is computed in 64 bits. Sampled rows against the reference. For the dynamic
+    scale every element is below 2 but the last one, 65536, which the amax pass must reach."""
+    import fp4q
+
+    cp = _cp()
+    require_free_device_memory(cp, 12 << 30)
+    x = device_random_bits(cp, (BIG_M, BIG_K), np.uint16)
+    tsf = np.float32(0.75)
+    if kernel == "mxfp4":
+        q, sf = fp4q.quantize_mxfp4(x, sf_layout="linear")
+    elif kernel == "dynamic":
+        x &= cp.uint16(0xBFFF)  # the exponent's top bit clear: finite, |x| < 2
+        x[-1, -1] = 0x4780  # 65536.0
+        q, sf, scale = fp4q.quantize_nvfp4(x, "dynamic", sf_layout="linear")
+        tsf = reference.global_scale(np.array([0x4780], dtype=np.uint16))
+        assert cp.asnumpy(scale)[()] == tsf
+    else:
+        config = {"default": None, "vector": SimtConfig(vector=True), "plain": SimtConfig()}[kernel]
+        q, sf = fp4q.quantize_nvfp4(x, float(tsf), sf_layout="linear", config=config)
+    cp.cuda.Device().synchronize()
+    rows = cp.asnumpy(x[BIG_ROWS])
+    del x
+    if kernel == "mxfp4":
+        q_ref, sf_ref = reference.quantize_mxfp4(rows, sf_layout="linear")
+    else:
+        q_ref, sf_ref = reference.quantize_nvfp4(rows, tsf, sf_layout="linear")
+    assert_bytes_equal(cp.asnumpy(q[BIG_ROWS]), q_ref, f"q rows {BIG_ROWS}")
+    assert_bytes_equal(cp.asnumpy(sf[BIG_ROWS]), sf_ref, f"sf rows {BIG_ROWS}")

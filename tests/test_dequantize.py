@@ -20,7 +20,7 @@ from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from fp4q.numerics.layouts import swizzle_sf
 from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 
-from helpers import assert_bytes_equal, random_bf16
+from helpers import assert_bytes_equal, device_random_bits, random_bf16, require_free_device_memory
 
 gpu = pytest.mark.gpu
 ARCH_LIST = tuple(ARCHS)
@@ -519,3 +519,29 @@ def test_round_trip_mxfp4_floor(layout):
     q2, sf2 = reference.quantize_mxfp4(y, "floor", layout)
     assert_bytes_equal(q2, q, "q")
     assert_bytes_equal(sf2, sf, "sf")
+
+
+# Output rows whose first byte lies just below and above 2**31, 2**32 and 2**33 bytes (bf16), and the ends.
+BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
+BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
+
+
+@gpu
+@pytest.mark.parametrize("kernel", ["default", "vector", "plain"])
+def test_offsets_beyond_32_bits(kernel):
+    """A training-sized output (2**32 + 1.5 * 2**20 bf16 values, 8 GB) from random codes and
+    scales: every address past 2**31 and 2**32 bytes is computed in 64 bits. Sampled rows
+    against the reference."""
+    import fp4q
+
+    cp = _cp()
+    require_free_device_memory(cp, 11 << 30)
+    q = device_random_bits(cp, (BIG_M, BIG_K // 2), np.uint8)
+    sf = device_random_bits(cp, (BIG_M, BIG_K // 16), np.uint8)
+    config = {"default": None, "vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}[kernel]
+    y = fp4q.dequantize_nvfp4(q, sf, 0.75, sf_layout="linear", config=config)
+    cp.cuda.Device().synchronize()
+    q_rows, sf_rows = cp.asnumpy(q[BIG_ROWS]), cp.asnumpy(sf[BIG_ROWS])
+    want = reference.dequantize_nvfp4(q_rows, sf_rows, np.float32(0.75), "linear", "bfloat16")
+    assert_values_equal(cp.asnumpy(y[BIG_ROWS]).view(ml_dtypes.bfloat16), want.view(ml_dtypes.bfloat16),
+                        f"rows {BIG_ROWS}")
