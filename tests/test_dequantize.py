@@ -20,7 +20,8 @@ from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from fp4q.numerics.layouts import swizzle_sf
 from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 
-from helpers import assert_bytes_equal, device_random_bits, random_bf16, require_free_device_memory
+from helpers import (BIG_K, BIG_M, BIG_ROWS, assert_bytes_equal, device_random_bits, random_bf16,
+                     require_free_device_memory)
 
 gpu = pytest.mark.gpu
 ARCH_LIST = tuple(ARCHS)
@@ -504,11 +505,6 @@ def test_round_trip_mxfp4_floor(layout):
     q2, sf2 = reference.quantize_mxfp4(y, "floor", layout)
     assert_bytes_equal(q2, q, "q")
     assert_bytes_equal(sf2, sf, "sf")
-
-
-# Output rows whose first byte lies just below and above 2**31, 2**32 and 2**33 bytes (bf16), and the ends.
-BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
-BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
 
 
 @gpu
