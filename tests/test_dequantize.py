@@ -429,11 +429,9 @@ def test_non_default_stream(pdl):
 # --- GPU: argument rules -----------------------------------------------------------------------------------------
 
 
-@gpu
-def test_argument_errors_name_argument_value_and_rule():
+def test_argument_errors_name_argument_value_and_rule(cp):
     import fp4q
 
-    cp = _cp()
     q = cp.zeros((4, 32), dtype=cp.uint8)
     sf = cp.zeros((1, 1, 32, 4, 4), dtype=cp.uint8)
     with pytest.raises(ValueError, match="sf_layout must be 'swizzled' or 'linear', got 'rows'"):
