@@ -15,6 +15,7 @@ from fp4q.numerics import reference
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.variants import SHIPPED, SHIPPED_MX, SIMT
 
+import fakes
 from helpers import (BIG_K, BIG_M, BIG_ROWS, assert_bytes_equal, device_random_bits, edge_groups, mixed_groups,
                      random_bf16, require_free_device_memory)
 
@@ -218,20 +219,17 @@ def test_leading_dimensions_flatten():
         assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
 
 
-@gpu
-def test_empty_inputs_launch_nothing():
-    cp = _cp()
+def test_empty_inputs_launch_nothing(cp):
     import fp4q
 
     q, sf = fp4q.quantize_nvfp4(cp.zeros((0, 64), dtype=cp.uint16), 1.0)
     assert q.shape == (0, 32) and sf.shape == (0, 1, 32, 4, 4)
     q, sf = fp4q.quantize_nvfp4(cp.zeros((5, 0), dtype=cp.uint16), 1.0, sf_layout="linear")
     assert q.shape == (5, 0) and sf.shape == (5, 0)
+    assert fakes.active is None or fakes.active.launches == []
 
 
-@gpu
-def test_explicit_tma_config_on_unservable_shape_is_an_error():
-    cp = _cp()
+def test_explicit_tma_config_on_unservable_shape_is_an_error(cp):
     import fp4q
 
     with pytest.raises(ValueError, match="K=48 is not a multiple of 32"):

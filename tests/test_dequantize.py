@@ -20,6 +20,7 @@ from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from fp4q.numerics.layouts import swizzle_sf
 from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 
+import fakes
 from helpers import (BIG_K, BIG_M, BIG_ROWS, assert_bytes_equal, device_random_bits, random_bf16,
                      require_free_device_memory)
 
@@ -398,16 +399,15 @@ def test_out_buffer_is_used_and_fully_written(dtype):
         assert_values_equal(got.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else got, want, "out")
 
 
-@gpu
-def test_empty_inputs_launch_nothing():
+def test_empty_inputs_launch_nothing(cp):
     import fp4q
 
-    cp = _cp()
     y = fp4q.dequantize_nvfp4(cp.zeros((0, 32), dtype=cp.uint8), cp.zeros((0, 1, 32, 4, 4), dtype=cp.uint8), 1.0)
     assert y.shape == (0, 64) and y.dtype == np.uint16
     y = fp4q.dequantize_mxfp4(cp.zeros((5, 0), dtype=cp.uint8), cp.zeros((5, 0), dtype=cp.uint8),
                               sf_layout="linear", dtype="float32")
     assert y.shape == (5, 0) and y.dtype == np.float32
+    assert fakes.active is None or fakes.active.launches == []
 
 
 @gpu
