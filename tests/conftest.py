@@ -2,7 +2,9 @@ import os
 
 import pytest
 
+import fakes
 from fp4q.cuda.driver import gpu_status
+from fp4q.ops import plans
 
 
 def pytest_collection_modifyitems(config, items):
@@ -16,6 +18,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc):
+    # A test that takes `cp` runs twice: with CuPy on a GPU ("cupy", marked gpu) and with the
+    # host-backed fake CuPy and the fake driver of tests/fakes.py ("fake", on any machine), which
+    # serves whatever a test checks of the host side (rules, messages, launches); a test marked gpu
+    # itself runs with CuPy only.
+    if "cp" in metafunc.fixturenames:
+        on_gpu = pytest.param("cupy", marks=pytest.mark.gpu)
+        kinds = [on_gpu] if metafunc.definition.get_closest_marker("gpu") else [on_gpu, "fake"]
+        metafunc.parametrize("cp", kinds, indirect=True)
+
+
+@pytest.fixture
+def cp(request, monkeypatch):
+    """CuPy, or the fake CuPy (``fakes.active`` is then the fake driver, which records launches)."""
+    if request.param == "cupy":
+        yield pytest.importorskip("cupy")
+        return
+    fakes.active = fakes.install(monkeypatch, fakes.HostCupy())
+    try:
+        yield fakes.active.cupy
+    finally:
+        fakes.active = None
+        plans.plans.clear()  # they hold fake kernels
 
 
 def pytest_report_header(config):

@@ -31,6 +31,10 @@ C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32
            "f32": ctypes.c_float}
 
 
+# The fake driver of the running test that took the ``cp`` fixture's fake (tests/conftest.py), or None.
+active = None
+
+
 # --------------------------------------------------------------------------------------------------- fake CuPy
 class FakeMemory:
     __slots__ = ("ptr", "device_id")

@@ -77,6 +77,12 @@ def assert_bytes_equal(got, want, what: str) -> None:
         raise AssertionError(f"{what}: {len(bad)} of {got.size} bytes differ; first {details}")
 
 
+# A training-sized tensor of 2**32 + 1.5 * 2**20 elements (8 GB of bf16), and rows whose first byte lies
+# just below and above 2**31 and 2**32 bytes (2**33 for 4-byte values), and at its ends.
+BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
+BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
+
+
 def device_random_bits(cp, shape, dtype, chunk_rows=4096):
     """A device array of uniformly random bit patterns (every bf16 / byte value, NaN and Inf
     included), filled a block of rows at a time so that no full-size temporary is needed."""

@@ -15,8 +15,9 @@ from fp4q.numerics import reference
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.variants import SHIPPED, SHIPPED_MX, SIMT
 
-from helpers import (assert_bytes_equal, device_random_bits, edge_groups, mixed_groups, random_bf16,
-                     require_free_device_memory)
+import fakes
+from helpers import (BIG_K, BIG_M, BIG_ROWS, assert_bytes_equal, device_random_bits, edge_groups, mixed_groups,
+                     random_bf16, require_free_device_memory)
 
 gpu = pytest.mark.gpu
 
@@ -218,20 +219,17 @@ def test_leading_dimensions_flatten():
         assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
 
 
-@gpu
-def test_empty_inputs_launch_nothing():
-    cp = _cp()
+def test_empty_inputs_launch_nothing(cp):
     import fp4q
 
     q, sf = fp4q.quantize_nvfp4(cp.zeros((0, 64), dtype=cp.uint16), 1.0)
     assert q.shape == (0, 32) and sf.shape == (0, 1, 32, 4, 4)
     q, sf = fp4q.quantize_nvfp4(cp.zeros((5, 0), dtype=cp.uint16), 1.0, sf_layout="linear")
     assert q.shape == (5, 0) and sf.shape == (5, 0)
+    assert fakes.active is None or fakes.active.launches == []
 
 
-@gpu
-def test_explicit_tma_config_on_unservable_shape_is_an_error():
-    cp = _cp()
+def test_explicit_tma_config_on_unservable_shape_is_an_error(cp):
     import fp4q
 
     with pytest.raises(ValueError, match="K=48 is not a multiple of 32"):
@@ -395,12 +393,6 @@ def test_one_dimensional_x_is_one_row(sf_layout, k):
     y = fp4q.dequantize_nvfp4(q, sf, tsf, sf_layout=sf_layout, dtype="bfloat16")
     assert y.shape == (k,)
     assert (cp.asnumpy(y) == reference.dequantize_nvfp4(q_ref, sf_ref, tsf, sf_layout, "bfloat16")).all()
-
-
-# Rows whose first byte of x lies just below and above 2**31 and 2**32 bytes, and at the ends; with
-# K = 16384 the codes pass 2**31 bytes too.
-BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
-BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
 
 
 @gpu

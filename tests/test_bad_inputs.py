@@ -46,48 +46,23 @@ class MessageIncomplete(Exception):
     """The error was right but its message does not name the value or the rule."""
 
 
-# Every row that takes `cp` runs twice: against CuPy on a GPU ("cupy", marked gpu), and against
-# CuPy and the driver faked ("fake", tests/fakes.py: host-backed arrays with real shapes, strides
-# and addresses), where it must also launch nothing before it raises; rows marked gpu themselves run
-# on a GPU only. CP is the row's CuPy module, FAKE the fake driver while a "fake" row runs.
-CP = None
-FAKE = None
-
-
-@pytest.fixture
-def cp(request, monkeypatch):
-    global CP, FAKE
-    if request.param == "cupy":
-        CP = pytest.importorskip("cupy")
-        try:
-            yield CP
-        finally:
-            CP = None
-        return
-    FAKE = fakes.install(monkeypatch, fakes.HostCupy())
-    CP = FAKE.cupy
-    try:
-        yield CP
-    finally:
-        CP = FAKE = None
-        plans.plans.clear()  # they hold fake kernels
-
-
 def _cp():
-    return CP
+    """The CuPy module of the running row (the ``cp`` fixture's, tests/conftest.py)."""
+    return fakes.active.cupy if fakes.active is not None else pytest.importorskip("cupy")
 
 
 def _launching_nothing(call):
     """``call``, which must raise, checked (on the fake) to launch nothing before it does."""
-    if FAKE is None:
+    fake = fakes.active
+    if fake is None:
         return call
 
     def checked():
-        before = len(FAKE.launches)
+        before = len(fake.launches)
         try:
             return call()
         finally:
-            assert len(FAKE.launches) == before, "a kernel was launched before the call was rejected"
+            assert len(fake.launches) == before, "a kernel was launched before the call was rejected"
 
     return checked
 
@@ -141,10 +116,6 @@ def pytest_generate_tests(metafunc):
     # through), and after a valid call of the same kind (the plan a success stores for the fast path).
     if "path" in metafunc.fixturenames:
         metafunc.parametrize("path", PATHS)
-    if "cp" in metafunc.fixturenames:
-        on_gpu = pytest.param("cupy", marks=pytest.mark.gpu)
-        kinds = [on_gpu] if metafunc.definition.get_closest_marker("gpu") else [on_gpu, "fake"]
-        metafunc.parametrize("cp", kinds, indirect=True)
 
 
 def _forget_plans():

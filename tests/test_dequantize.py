@@ -20,7 +20,9 @@ from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from fp4q.numerics.layouts import swizzle_sf
 from fp4q.kernels.variants import DEQUANTIZE, all_variants, dequantize_variants
 
-from helpers import assert_bytes_equal, device_random_bits, random_bf16, require_free_device_memory
+import fakes
+from helpers import (BIG_K, BIG_M, BIG_ROWS, assert_bytes_equal, device_random_bits, random_bf16,
+                     require_free_device_memory)
 
 gpu = pytest.mark.gpu
 ARCH_LIST = tuple(ARCHS)
@@ -412,16 +414,15 @@ def test_out_buffer_is_used_and_fully_written(dtype):
         assert_values_equal(got.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else got, want, "out")
 
 
-@gpu
-def test_empty_inputs_launch_nothing():
+def test_empty_inputs_launch_nothing(cp):
     import fp4q
 
-    cp = _cp()
     y = fp4q.dequantize_nvfp4(cp.zeros((0, 32), dtype=cp.uint8), cp.zeros((0, 1, 32, 4, 4), dtype=cp.uint8), 1.0)
     assert y.shape == (0, 64) and y.dtype == np.uint16
     y = fp4q.dequantize_mxfp4(cp.zeros((5, 0), dtype=cp.uint8), cp.zeros((5, 0), dtype=cp.uint8),
                               sf_layout="linear", dtype="float32")
     assert y.shape == (5, 0) and y.dtype == np.float32
+    assert fakes.active is None or fakes.active.launches == []
 
 
 @gpu
@@ -443,11 +444,9 @@ def test_non_default_stream(pdl):
 # --- GPU: argument rules -----------------------------------------------------------------------------------------
 
 
-@gpu
-def test_argument_errors_name_argument_value_and_rule():
+def test_argument_errors_name_argument_value_and_rule(cp):
     import fp4q
 
-    cp = _cp()
     q = cp.zeros((4, 32), dtype=cp.uint8)
     sf = cp.zeros((1, 1, 32, 4, 4), dtype=cp.uint8)
     with pytest.raises(ValueError, match="sf_layout must be 'swizzled' or 'linear', got 'rows'"):
@@ -519,11 +518,6 @@ def test_round_trip_mxfp4_floor(layout):
     q2, sf2 = reference.quantize_mxfp4(y, "floor", layout)
     assert_bytes_equal(q2, q, "q")
     assert_bytes_equal(sf2, sf, "sf")
-
-
-# Output rows whose first byte lies just below and above 2**31, 2**32 and 2**33 bytes (bf16), and the ends.
-BIG_M, BIG_K = (1 << 18) + 96, 1 << 14
-BIG_ROWS = [0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 18) - 1, 1 << 18, BIG_M - 1]
 
 
 @gpu

@@ -245,11 +245,9 @@ def test_repeated_calls_reuse_their_plan_with_new_pointers():
     assert_scale(np.float32(cp.asnumpy(got)[()]), want, "planned call on a non-current stream")
 
 
-@gpu
-def test_a_stored_plan_still_checks_what_varies_per_call():
+def test_a_stored_plan_still_checks_what_varies_per_call(cp):
     import fp4q
 
-    cp = _cp()
     x = cp.zeros((4, 16), dtype=cp.uint16)
     fp4q.global_scale(x)
     with pytest.raises(TypeError, match="pdl must be a bool, got None"):
@@ -258,11 +256,9 @@ def test_a_stored_plan_still_checks_what_varies_per_call():
         fp4q.global_scale(x, stream=[0])
 
 
-@gpu
-def test_argument_errors():
+def test_argument_errors(cp):
     import fp4q
 
-    cp = _cp()
     with pytest.raises(TypeError, match="x must hold bfloat16 or float16 values"):
         fp4q.global_scale(cp.zeros((4, 16), dtype=cp.float32))
     with pytest.raises(TypeError, match="pdl must be a bool, got None"):
