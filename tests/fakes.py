@@ -91,7 +91,6 @@ class FakeCupy(types.ModuleType):
         self.current_device = 0
         self.current_stream = {0: FakeStream(0), 1: FakeStream(0)}
         self.allocations = []
-        self.uint8, self.uint16, self.float32 = np.uint8, np.uint16, np.float32
         fake = self
 
         class Device:
@@ -113,7 +112,7 @@ class FakeCupy(types.ModuleType):
             ExternalStream=FakeStream,
             get_current_stream=lambda device_id=-1: self.current_stream[
                 self.current_device if device_id == -1 else device_id],
-            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device, getDeviceCount=lambda: 1),
+            runtime=types.SimpleNamespace(getDevice=lambda: self.current_device),
         )
 
     def alloc(self, nbytes):
@@ -126,17 +125,6 @@ class FakeCupy(types.ModuleType):
                         device=self.current_device)
         self.allocations.append(arr)
         return arr
-
-    def zeros(self, shape, dtype):
-        """Device memory holds no values here: zeros, full and asarray only allocate."""
-        return self.empty(shape, dtype)
-
-    def full(self, shape, fill_value, dtype):
-        return self.empty(shape, dtype)
-
-    def asarray(self, a):
-        a = np.asarray(a)
-        return self.empty(a.shape, a.dtype)
 
     def array(self, shape, dtype=np.uint16, offset=0, **kwargs):
         """A device array at a fresh 512-byte aligned address plus ``offset`` bytes."""
@@ -223,7 +211,8 @@ class HostCupy(FakeCupy):
     def __init__(self):
         super().__init__()
         self.ndarray = DeviceArray
-        self.int8, self.float16, self.float64 = np.int8, np.float16, np.float64
+        self.uint8, self.uint16, self.int8 = np.uint8, np.uint16, np.int8
+        self.float16, self.float32, self.float64 = np.float16, np.float32, np.float64
 
     def empty(self, shape, dtype):
         return DeviceArray.new(np.zeros(shape, dtype))

@@ -23,6 +23,7 @@ from ..kernels.dequantize import GROUP_SIZE, OUT_BYTES, OUT_DTYPES, DequantizeCo
 from ..kernels.quantize import SF_LAYOUTS
 from ..kernels.walk import unit_divisor
 from .arrays import (
+    DTYPE,
     Q_DTYPES,
     SF_DTYPES,
     VALUE_DTYPES,
@@ -165,7 +166,7 @@ def dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl
         y, y_ptr = check_operand(ya, "out", plan.y_shape, plan.y_dtypes, device, plan.y_bytes,
                                  (("q", view.span(q_ptr)), ("sf", (sf_ptr, sf_ptr + plan.sf_bytes))))
         if y_ptr & 3:  # out holds 2- or 4-byte values; the test is inline, the rule and its message are not
-            check_element_aligned(y_ptr, ya[3], "out")
+            check_element_aligned(y_ptr, ya[DTYPE], "out")
     check_pdl(pdl)
     if config is not None:  # None is always valid
         check_config_type(config)
