@@ -143,7 +143,7 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
         return DequantizeSmem(barriers=barriers, tiles=tiles, total=tiles + 4 * self.num_stages + TMA_SMEM_ALIGN)
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[TileGrid]:
         smem = self.smem
         return KernelSpec(
             name="fp4q_dequantize_tma",
@@ -182,7 +182,7 @@ class DequantizeSimtConfig(_CallFormat):
         check_bool("vector", self.vector)
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[StrideGrid]:
         flags = dequantize_flags(self) + (("FP4Q_VECTOR", self.vector),)
         return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          SIMT_DEQUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
