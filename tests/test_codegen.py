@@ -237,6 +237,16 @@ def test_vector_elements_rules():
         SimtConfig(vector_elements=16)
 
 
+@pytest.mark.parametrize("sf_vec_size", [16, 32])
+def test_a_unit_of_the_walk_is_vector_elements_or_one_group(sf_vec_size):
+    assert SimtConfig(sf_vec_size=sf_vec_size).elements_per_unit == sf_vec_size
+    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True).elements_per_unit == 16
+    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=32).elements_per_unit == 32
+    # 4096 columns: 256 or 128 groups; swizzled, their domain is already whole 4-group words.
+    assert SimtConfig(sf_vec_size=sf_vec_size).units_per_row(4096, True) == 4096 // sf_vec_size
+    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=8).units_per_row(4096, True) == 512
+
+
 # --- determinism and sensitivity --------------------------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@ from fp4q.cuda.launch import Launcher
 from fp4q.jit.render import render
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.quantize import numerics_probe_spec
-from fp4q.kernels.spec import PARAM_C_TYPES, KernelSpec, MapBox, Param, StrideGrid, TileGrid, params
+from fp4q.kernels.spec import (PARAM_C_TYPES, KernelSpec, MapBox, Param, StrideGrid, TileGrid, WarpSpecialized,
+                              params)
 from fp4q.kernels.variants import all_variants
 
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)',
@@ -87,6 +88,20 @@ def test_stride_grid():
     assert StrideGrid(256, waves=4).size(1000, 132, 2) == 4
     assert StrideGrid(256, waves=4).size(10**9, 132, 2) == 132 * 2 * 4
     assert StrideGrid(2048, max_ctas_per_sm=4).size(10**9, 132, 8) == 132 * 4
+
+
+def test_warp_specialized_threads_are_named_together_or_inherited():
+    class Ring(WarpSpecialized, producer=32, group=128, groups="rings"):
+        rings = 2
+
+    class Inherits(Ring):
+        pass
+
+    assert Ring().threads == Inherits().threads == 32 + 2 * 128
+    with pytest.raises(TypeError, match="must name producer, group and groups together, got producer=32, "
+                                        "group=None, groups='rings'"):
+        class Half(WarpSpecialized, producer=32, groups="rings"):
+            pass
 
 
 PACKED = params(("m0", "map"), ("m1", "map"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("s", "i64"), ("t", "ptr"))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..kernels.archs import ARCHS
 from ..kernels.rules import check_choice
+from ..kernels.spec import KernelConfig
 from ..kernels.variants import all_variants
 from .cache import BinaryCache
 from .compiler import CompileError, compile_source, kernel_key, unpack_cubin
@@ -30,7 +31,7 @@ OPS = ("quantize", "mxfp4", "dequantize", "global_scale")
 class Variant:
     arch: str
     name: str
-    config: object
+    config: KernelConfig
 
     def __str__(self) -> str:
         return f"{self.arch} {self.name}: {self.config!r}"
@@ -95,7 +96,7 @@ def _init_worker(directory: str) -> None:
     _worker_cache = BinaryCache(directory)
 
 
-def _compile(config) -> tuple[int, bool]:
+def _compile(config: KernelConfig) -> tuple[int, bool]:
     kernel = compile_source(render(config.spec), _worker_cache, variant=config.spec)
     return len(kernel.cubin), kernel.cache_hit
 
@@ -187,6 +188,7 @@ def _compile_all(missing: list[Variant], cache: BinaryCache, jobs: int, progress
         if jobs == 1 or len(missing) <= 1:
             _init_worker(str(cache.directory))
             for variant in missing:
+                result: tuple[int, bool] | BaseException
                 try:
                     result = _compile(variant.config)
                 except CompileError as exc:

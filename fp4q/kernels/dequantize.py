@@ -144,7 +144,7 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
         return DequantizeSmem(barriers=barriers, tiles=tiles, total=tiles + 4 * self.num_stages + TMA_SMEM_ALIGN)
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[TileGrid]:
         smem = self.smem
         return KernelSpec(
             name="fp4q_dequantize_tma",
@@ -189,7 +189,7 @@ class DequantizeSimtConfig(_CallFormat):
                 f"stores={self.stores} needs vector=True (the plain kernel stores element by element)")
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[StrideGrid]:
         flags = dequantize_flags(self) + (("FP4Q_VECTOR", self.vector),)
         constants = (("SIMT_THREADS", self.threads), ("STORES", self.stores))
         return simt_spec("dequantize_simt", self.arch, constants, flags,

@@ -46,7 +46,7 @@ class AmaxConfig:
         return 8 if self.vector_loads else 1
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[StrideGrid]:
         flags = (("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads))
         return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads),), flags, AMAX_PARAMS, self.threads,
                          StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))
@@ -69,7 +69,7 @@ class GlobalScaleConfig:
         check_choice("threads", self.threads, BLOCK_SIZES)
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[StrideGrid]:
         return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),), (), GLOBAL_SCALE_PARAMS,
                          self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
 
@@ -110,7 +110,7 @@ class FusedDynamicConfig:
                                                       arch=self.arch))
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[StrideGrid]:
         # The vector kernel's constants and flags: its quantize step is that kernel's. Every thread of
         # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be.
         constants = self.vector.spec.constants + (

@@ -189,7 +189,7 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
         return producer, min(256, consumer)
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
+    def spec(self) -> KernelSpec[TileGrid]:
         smem = self.smem
         constants = [
             ("TILE_M", self.tile_m), ("TILE_K", self.tile_k), ("IN_BOX_K", self.input_box_k),
@@ -271,18 +271,26 @@ class SimtConfig:
                     f"got {self.vector_elements!r}")
 
     @functools.cached_property
-    def spec(self) -> KernelSpec:
-        constants = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
+    def spec(self) -> KernelSpec[StrideGrid]:
+        constants: tuple[tuple[str, int], ...] = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
         if self.vector:
-            constants += (("VEC_ELEMS", self.vector_elements),)
+            constants += (("VEC_ELEMS", self.elements_per_unit),)
         return simt_spec(f"quantize_fp4_{'vector' if self.vector else 'simt'}", self.arch, constants,
                          quantize_flags(self), SIMT_QUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
+    @property
+    def elements_per_unit(self) -> int:
+        """The elements of one unit of the kernel's walk: vector_elements for the vector
+        kernel, a group for the other."""
+        if not self.vector:
+            return self.sf_vec_size
+        assert self.vector_elements is not None  # resolved by __post_init__
+        return self.vector_elements
+
     def units_per_row(self, cols: int, swizzled: bool) -> int:
         """The work units of one row that the kernel's walk visits (its divisor): one per
-        group of the scale domain, or per vector_elements elements of it for the vector kernel."""
-        domain_groups = _domain_groups(cols // self.sf_vec_size, swizzled)
-        return domain_groups * self.sf_vec_size // self.vector_elements if self.vector else domain_groups
+        elements_per_unit elements of the scale domain."""
+        return _domain_groups(cols // self.sf_vec_size, swizzled) * self.sf_vec_size // self.elements_per_unit
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""
@@ -343,7 +351,7 @@ NUMERICS_PROBE_PARAMS = params(
 )
 
 
-def numerics_probe_spec(arch: str) -> KernelSpec:
+def numerics_probe_spec(arch: str) -> KernelSpec[StrideGrid]:
     """A test kernel that applies the numerics header to raw floats, for bit-exact tests."""
     check_arch(arch)
     return KernelSpec(

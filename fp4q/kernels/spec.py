@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 MAX_BOX_DIM = 256  # TMA: elements per box dimension
 
@@ -117,8 +117,12 @@ class WarpSpecialized:
     def __init_subclass__(cls, producer: int | None = None, group: int | None = None, groups: str | None = None,
                           **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if producer is not None:  # else inherited
-            cls.PRODUCER_THREADS, cls.CONSUMER_GROUP_THREADS, cls.CONSUMER_GROUPS = producer, group, groups
+        if producer is None and group is None and groups is None:
+            return  # inherited
+        if producer is None or group is None or groups is None:
+            raise TypeError(f"{cls.__name__} must name producer, group and groups together, got producer={producer}, "
+                            f"group={group}, groups={groups!r}")
+        cls.PRODUCER_THREADS, cls.CONSUMER_GROUP_THREADS, cls.CONSUMER_GROUPS = producer, group, groups
 
     @property
     def consumer_threads(self) -> int:
@@ -129,13 +133,18 @@ class WarpSpecialized:
         return self.PRODUCER_THREADS + self.consumer_threads
 
 
+GridT = TypeVar("GridT", TileGrid, StrideGrid)
+
+
 @dataclass(frozen=True)
-class KernelSpec:
+class KernelSpec(Generic[GridT]):
     """One kernel binary and how to launch it.
 
     ``constants`` are written as ``constexpr int`` and ``flags`` as feature
     flags ahead of ``template``; ``params`` is the kernel's parameter list in
-    order, which must match the template's ``extern "C"`` signature.
+    order, which must match the template's ``extern "C"`` signature;
+    ``grid`` is the rule that sizes the launch, a TileGrid or a StrideGrid
+    (``KernelSpec[StrideGrid]`` says which to a type checker).
     """
 
     name: str
@@ -146,12 +155,19 @@ class KernelSpec:
     params: tuple[Param, ...]
     threads: int
     smem_bytes: int
-    grid: TileGrid | StrideGrid
+    grid: GridT
     maps: tuple[MapBox, ...] = ()
 
 
+class KernelConfig(Protocol):
+    """What the JIT needs of a config: its spec."""
+
+    @property
+    def spec(self) -> KernelSpec: ...
+
+
 def simt_spec(kernel: str, arch: str, constants, flags, params: tuple[Param, ...], threads: int,
-              grid: StrideGrid) -> KernelSpec:
+              grid: StrideGrid) -> KernelSpec[StrideGrid]:
     """The spec of a kernel without shared memory or tensor maps: ``fp4q_<kernel>``,
     rendered from ``kernels/<kernel>.cu``."""
     return KernelSpec(f"fp4q_{kernel}", f"kernels/{kernel}.cu", arch, tuple(constants), tuple(flags), params,

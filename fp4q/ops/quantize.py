@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
@@ -69,7 +70,7 @@ class _Plan:
 
     __slots__ = ("config", "view", "device", "rows", "cols", "row_stride", "x_extent", "empty", "q_shape", "sf_shape",
                  "q_bytes", "sf_bytes", "sf_dtypes", "sf_role", "tensor_scaled", "swizzled", "rows_aligned",
-                 "launches", "lock")
+                 "launches", "fused_dynamic", "lock")
 
     def __init__(self, config, view: RowsView, fmt: Format, sf_layout: str) -> None:
         self.config = config  # the caller's object (or None): keeps its id unique while the plan is stored
@@ -84,6 +85,7 @@ class _Plan:
         self.swizzled = sf_layout == "swizzled"
         self.rows_aligned = (view.row_stride * view.itemsize) % 16 == 0
         self.launches: dict[tuple, KernelLaunch] = {}
+        self.fused_dynamic: KernelLaunch | str | None = None  # its launch, TWO_PASS, or not chosen yet
         self.lock = threading.Lock()
 
 
@@ -120,17 +122,18 @@ def alignment_obstacle(view: RowsView, x_ptr: int, q_ptr: int, sf_ptr: int, swiz
     return None
 
 
-def resolve_config(config, view: RowsView, pointers: tuple, sf_layout: str, mode: str, arch: str, fmt: Format):
+def resolve_config(config, view: RowsView, x_ptr: int, q_ptr: int, sf_ptr: int, sf_layout: str, mode: str, arch: str,
+                   fmt: Format):
     """The config a call launches: the caller's (checked against what it needs) or the
     tuned choice, with the call's layout, scale mode, dtype and target."""
-    call = dict(sf_layout=sf_layout, tensor_sf_mode=mode, input_dtype=INPUT_DTYPES[view.dtype], arch=arch,
-                mx_mode=fmt.mx_mode)
-    obstacle = alignment_obstacle(view, *pointers, sf_layout == "swizzled")
+    call: dict[str, Any] = dict(sf_layout=sf_layout, tensor_sf_mode=mode, input_dtype=INPUT_DTYPES[view.dtype],
+                                arch=arch, mx_mode=fmt.mx_mode)
+    obstacle = alignment_obstacle(view, x_ptr, q_ptr, sf_ptr, sf_layout == "swizzled")
     if isinstance(config, SimtConfig):
         if config.vector and obstacle is not None:
             raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
                              f"{obstacle}")
-        elements = config.vector_elements
+        elements = config.elements_per_unit
         if config.vector and elements > config.sf_vec_size and view.width % elements:
             raise ValueError(f"config.vector_elements={elements} quantizes {elements // config.sf_vec_size} whole "
                              f"groups per unit: K={view.width} is not a multiple of {elements}")
@@ -156,7 +159,7 @@ FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "
 
 # tensor_sf="dynamic" inside the call path: the scale is computed on the device.
 DYNAMIC = ("dynamic", 0.0, 0)  # a (mode, value, ptr) of its own, compared by identity
-TWO_PASS = "two passes"  # stored in place of a launch where the single-pass kernel cannot serve a kind of call
+TWO_PASS = "two passes"  # a plan's fused_dynamic where the single-pass kernel cannot serve its kind of call
 # Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
 TWO_PASS_MODE = "pointer"
 
@@ -201,12 +204,12 @@ def _fused_dynamic(plan: _Plan, x_ptr: int, q_ptr: int, sf_ptr: int, aligned: bo
     of a launch of more than one CTA)."""
     if config is not None or not aligned or plan.empty:
         return None
-    launch = plan.launches.get(("dynamic", True))
+    launch = plan.fused_dynamic
     if launch is None:
         launch = _fused_dynamic_launch(plan, sf_layout, driver.device(plan.device))
         with plan.lock:
-            plan.launches[("dynamic", True)] = launch
-    if launch is TWO_PASS:
+            plan.fused_dynamic = launch
+    if not isinstance(launch, KernelLaunch):  # TWO_PASS
         return None
     sync = launch.tickets(handle)
     if launch.dynamic and not sync:  # no counter while the stream is captured into a graph: two passes then
@@ -257,7 +260,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
         launch = plan.launches.get((mode, aligned))
         if launch is None:  # the config's rules, which must hold before global_scale below is launched
             dev = driver.device(device)
-            cfg = resolve_config(config, plan.view, (x_ptr, q_ptr, sf_ptr), sf_layout, mode, dev.arch, fmt)
+            cfg = resolve_config(config, plan.view, x_ptr, q_ptr, sf_ptr, sf_layout, mode, dev.arch, fmt)
             launch = _kernel_launch(cfg, plan.view, plan.swizzled, dev)
             with plan.lock:
                 plan.launches[(mode, aligned)] = launch
@@ -346,5 +349,5 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         if buf is not None:
             pointers[i] = as_operand(buf, name)[PTR]
     arch = driver.device(view.device).arch
-    return resolve_config(config, view, tuple(pointers), sf_layout, scale_mode, arch, spec_format)
+    return resolve_config(config, view, *pointers, sf_layout, scale_mode, arch, spec_format)
 
