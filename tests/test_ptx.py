@@ -67,6 +67,7 @@ MNEMONICS = {
     "st_global_v4": "st.global.v4",
     "st_global_v2": "st.global.v2",
     "st_global_u32": "st.global.u32",
+    "st_global_u16": "st.global.u16",
     "atom_global_add_u32": "atom.global.add.u32",
     "atom_acq_rel_gpu_global_add_u32": "atom.acq_rel.gpu.global.add.u32",
     "atom_global_max_u32": "atom.global.max.u32",
@@ -156,6 +157,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     z[threadIdx.x + 1] = bits ^ p0 ^ p1 ^ p2 ^ p3;
     st_global_v4(y + 4 * threadIdx.x, p0, p1, p2, p3);
     st_global_u32(z + 300 + threadIdx.x, p0);
+    st_global_u16(z + 900 + threadIdx.x, p1);
     st_global_v2(z + 800 + 2 * threadIdx.x, p1, p2);
     z[700] = atom_global_add_u32(z + 600, 1u) + atom_acq_rel_gpu_global_add_u32(z + 601, 1u);
     z[701] = atom_global_max_u32(z + 602, bits) + ld_acquire_gpu_global_u32(z + 603);
