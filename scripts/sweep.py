@@ -77,10 +77,10 @@ def config_space(name: str) -> dict[str, QuantizeConfig | SimtConfig]:
     if name == "shipped":
         return {**SHIPPED, **vector}
     if name == "small":
-        axes = dict(tile_m=(64, 128), tile_k=(64, 128, 192, 256), swizzle=(Swizzle.B128, Swizzle.B64),
+        axes = dict(tile_m=(128,), tile_k=(64, 128, 192, 256), swizzle=(Swizzle.B128, Swizzle.B64),
                     stages=(2, 3, 4, 6), wg=(1, 2, 3), ctas=(1, 2, 3, 4), persistent=(True,), out_buffers=(2, 3))
     elif name == "full":
-        axes = dict(tile_m=(32, 64, 128, 256), tile_k=(64, 128, 192, 256), swizzle=tuple(Swizzle), stages=(2, 3, 4, 6),
+        axes = dict(tile_m=(128, 256), tile_k=(64, 128, 192, 256), swizzle=tuple(Swizzle), stages=(2, 3, 4, 6),
                     wg=(1, 2, 3), ctas=(1, 2, 3, 4), persistent=(True, False), out_buffers=(2, 3))
     else:
         raise SystemExit(f"--space must be shipped, small or full, got {name!r}")
