@@ -618,8 +618,8 @@ def test_dynamic_tensor_sf_with_another_bad_argument(bad, cp):
 
 CONFIG_ERRORS = [
     # (class, fields, field named, value as written, rule)
-    (QuantizeConfig, dict(tile_m=100), "tile_m", "got 100", "must be one of 32, 64, 128, 256"),
-    (QuantizeConfig, dict(tile_m=128.0), "tile_m", "got 128.0", "must be one of 32, 64, 128, 256"),
+    (QuantizeConfig, dict(tile_m=100), "tile_m", "got 100", "must be one of 128, 256"),
+    (QuantizeConfig, dict(tile_m=128.0), "tile_m", "got 128.0", "must be one of 128, 256"),
     (QuantizeConfig, dict(tile_k=96), "tile_k", "got 96", "must be a multiple of 64"),
     (QuantizeConfig, dict(tile_k=2048), "tile_k", "got 2048", "integer in [64, 1024]"),
     (QuantizeConfig, dict(num_stages=0), "num_stages", "got 0", "integer in [1, 16]"),

@@ -95,9 +95,9 @@ def test_mx_mode(value):
         QuantizeConfig(sf_vec_size=32, mx_mode=value)
 
 
-@pytest.mark.parametrize("value", [16, 96, 192, 512, 0, True])
-def test_tile_m_must_be_32_64_128_or_256(value):
-    with raises_config("tile_m must be one of 32, 64, 128, 256, got", repr(value)):
+@pytest.mark.parametrize("value", [64, 192, 512, 0, True])
+def test_tile_m_must_be_128_or_256(value):
+    with raises_config("tile_m must be one of 128, 256, got", repr(value)):
         QuantizeConfig(tile_m=value)
 
 
@@ -371,15 +371,14 @@ def test_configs_are_hashable_and_compare_by_value():
         (dict(input_box_k=16, input_swizzle=S.B32, output_box_k=16, output_swizzle=S.NONE), (1, 2, 32, 16)),
         (dict(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1), (1, 1, 32, 16)),
         (dict(sf_vec_size=32, tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 2, 32, 16)),
-        (dict(tile_m=64, consumer_warpgroups=1), (1, 2, 32, 16)),
     ],
 )
 def test_scales_box(changes, scales):
     cfg = QuantizeConfig(**changes)
     assert cfg.scales_box == scales
-    # one scale byte per group of the whole 128-row blocks the tile's scales fall in
+    # one scale byte per group of the tile
     n_blocks_m, n_blocks_k, a, b = cfg.scales_box
-    assert n_blocks_m * n_blocks_k * a * b == max(cfg.tile_m, 128) * cfg.tile_k // cfg.sf_vec_size
+    assert n_blocks_m * n_blocks_k * a * b == cfg.tile_m * cfg.tile_k // cfg.sf_vec_size
 
 
 def test_threads():
@@ -392,7 +391,7 @@ def _valid_configs():
     """A broad grid of valid configs (both archs, both layouts)."""
     out = []
     for tm, tk, st, wg, ob, mc, layout, arch in itertools.product(
-        (32, 64, 128, 256), (64, 128, 192, 256, 512), (1, 2, 3, 4, 6), (1, 2, 3), (2, 3), (1, 2, 4),
+        (128, 256), (64, 128, 192, 256, 512), (1, 2, 3, 4, 6), (1, 2, 3), (2, 3), (1, 2, 4),
         ("swizzled", "linear"), ("sm_90a", "sm_100f"),
     ):
         try:
@@ -413,7 +412,7 @@ def test_smem_layout_alignment_and_sizes():
         sm = cfg.smem
         stage = cfg.tile_m * cfg.tile_k * 2
         q_tile = cfg.tile_m * cfg.tile_k // 2
-        sf_tile = cfg.tile_m * cfg.tile_k // 16 if cfg.sf_layout == "swizzled" and cfg.tile_m >= 128 else 0
+        sf_tile = cfg.tile_m * cfg.tile_k // 16 if cfg.sf_layout == "swizzled" else 0
         assert sm.input == 0
         assert sm.q % 1024 == 0 and sm.q >= cfg.num_stages * stage, cfg
         assert sm.sf % 128 == 0 and sm.sf >= sm.q + cfg.out_buffers * q_tile, cfg
@@ -433,21 +432,6 @@ def test_smem_layout_of_the_default_config():
         0, 131072, 147456, 149504, 149504 + 64, 149504 + 64 + 16 + 1024)
     linear = QuantizeConfig(sf_layout="linear").smem
     assert linear.barriers == linear.sf == 147456  # no scale buffers in shared memory
-
-
-@pytest.mark.parametrize("tile_m, by_tma", [(32, False), (64, False), (128, True), (256, True)])
-def test_tiles_of_fewer_than_128_rows_store_their_scales_without_tma(tile_m, by_tma):
-    tile_k = 256 if tile_m == 32 else 128
-    cfg = QuantizeConfig(tile_m=tile_m, tile_k=tile_k, output_box_k=64 if tile_k == 128 else 128,
-                         output_swizzle=S.B64 if tile_k == 128 else S.B128, consumer_warpgroups=1, num_stages=2)
-    assert cfg.scales_by_tma is by_tma
-    assert cfg.replace(sf_layout="linear").scales_by_tma is False
-    smem = cfg.smem
-    assert (smem.barriers - smem.sf > 0) is by_tma  # a scale tile in shared memory only for the TMA store
-    # Their tiles cover the padding rows of the last 128-row block of scales, which they write.
-    assert cfg.spec.grid.row_multiple == (1 if by_tma else 128)
-    assert cfg.replace(sf_layout="linear").spec.grid.row_multiple == 1
-    assert dict(cfg.spec.flags)["FP4Q_SF_SWIZZLED"]
 
 
 def test_register_split():

@@ -316,7 +316,7 @@ def random_tma_configs(draw):
     else:
         output_box_k = out_swizzle.value
     fields = dict(
-        tile_m=draw(st.sampled_from([32, 64, 128, 256])), tile_k=tile_k, input_box_k=input_box_k,
+        tile_m=draw(st.sampled_from([128, 256])), tile_k=tile_k, input_box_k=input_box_k,
         input_swizzle=in_swizzle, output_box_k=output_box_k, output_swizzle=out_swizzle,
         num_stages=draw(st.integers(1, 8)), consumer_warpgroups=draw(st.integers(1, 3)),
         out_buffers=draw(st.integers(2, 4)), persistent=draw(st.booleans()),

@@ -30,7 +30,6 @@ from fp4q.kernels import tuning
 from fp4q.kernels.global_scale import FusedDynamicConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import KernelSpec, StrideGrid
-from fp4q.kernels.variants import SHIPPED
 from fp4q.kernels.walk import unit_divisor
 from fp4q.numerics.layouts import swizzled_sf_shape
 from fp4q.ops import plans
@@ -87,19 +86,17 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
                                 cfg.input_swizzle, l2_promotion=256)
         q_spec = TensorMapSpec(q.data.ptr, 1, (cols // 2, rows), (cols // 2,), (cfg.output_box_k, cfg.tile_m),
                                cfg.output_swizzle)
-        swizzled = cfg.sf_layout == "swizzled"
-        if swizzled and cfg.tile_m >= 128:  # the scales are TMA-stored
+        if cfg.sf_layout == "swizzled":
             k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
             sf_spec = TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
                                     tuple(reversed(cfg.scales_box)))
+            sf_linear = 0
         else:
-            sf_spec = q_spec
-        # Tiles of fewer than 128 rows cover the padding rows of the swizzled scales too.
-        covered = math.ceil(rows / 128) * 128 if swizzled and cfg.tile_m < 128 else rows
-        tiles = math.ceil(covered / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
+            sf_spec, sf_linear = q_spec, sf.data.ptr
+        tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
         grid = min(tiles, SM_COUNT * CTAS_PER_SM) if cfg.persistent else tiles
         tickets = FakeDriver.counter_for(None, None, stream) if grid < tiles else 0
-        args.update(in_map=in_spec, q_map=q_spec, sf_map=sf_spec, sf_direct=sf.data.ptr, tickets=tickets)
+        args.update(in_map=in_spec, q_map=q_spec, sf_map=sf_spec, sf_linear=sf_linear, tickets=tickets)
     else:
         groups = cols // cfg.sf_vec_size
         padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
@@ -164,24 +161,6 @@ def test_planned_calls_launch_what_the_checked_call_launched(gpu, sf_layout, m, 
         check_launch(launch, QuantizeConfig, x, q, sf, 0.75, 0, True)
     assert len(plans.plans) == 1 and gpu.checked == 1
     assert len(gpu.launches) == 3
-
-
-@pytest.mark.parametrize("sf_layout", ["swizzled", "linear"])
-@pytest.mark.parametrize("m, k", [(16, 4096), (129, 2176), (300, 7168)])
-@pytest.mark.parametrize("name", ["m64_k128_s4_wg1_3cta", "m32_k256_s4_wg1_3cta"])
-def test_tiles_of_fewer_than_128_rows_cover_the_padded_scales_and_get_the_scales_pointer(gpu, sf_layout, m, k, name):
-    cp = gpu.cupy
-    cfg = SHIPPED[name]
-    x = cp.array((m, k))
-    q = cp.array((m, k // 2), np.uint8)
-    sf = swizzled(cp, m, k) if sf_layout == "swizzled" else cp.array((m, k // 16), np.uint8)
-    _, _, launch = call(gpu, x, 0.75, sf_layout=sf_layout, out=q, sf_out=sf, config=cfg)
-    check_launch(launch, QuantizeConfig, x, q, sf, 0.75, 0, True)
-    # No scale map: the q map is passed again, and the kernel gets the scales' address.
-    assert launch["args"]["sf_map"] == launch["args"]["q_map"] and launch["args"]["sf_direct"] == sf.data.ptr
-    rows_covered = -(-m // 128) * 128 if sf_layout == "swizzled" else m
-    tiles = -(-rows_covered // cfg.tile_m) * -(-k // cfg.tile_k)
-    assert launch["grid"][0] == min(tiles, SM_COUNT * CTAS_PER_SM)
 
 
 def test_allocated_outputs_take_the_planned_path(gpu):

@@ -83,14 +83,6 @@ def test_tile_grid(rows, cols, persistent, sms, per_sm, expected):
     assert TileGrid(128, 64, persistent).size(rows, cols, sms, per_sm) == expected
 
 
-@pytest.mark.parametrize("rows, row_multiple, expected", [
-    (1, 1, 1), (1, 128, 2), (64, 128, 2), (129, 128, 4), (129, 1, 3), (256, 128, 4),
-])
-def test_tile_grid_covers_rows_rounded_up_to_its_multiple(rows, row_multiple, expected):
-    # 64-row tiles, one along K
-    assert TileGrid(64, 128, False, row_multiple).size(rows, 128, 132, 1) == (expected, False)
-
-
 def test_stride_grid():
     assert StrideGrid(256, waves=4).size(0, 132, 2) == 1
     assert StrideGrid(256, waves=4).size(1000, 132, 2) == 4

@@ -31,7 +31,7 @@ SIMT_WAVES = 4  # grid-stride CTAs per SM slot for the SIMT kernels
 
 # The kernels' parameter lists, in the order of their extern "C" signatures.
 TMA_QUANTIZE_PARAMS = params(
-    ("in_map", "map"), ("q_map", "map"), ("sf_map", "map"), ("sf_direct", "ptr"), ("tensor_sf_value", "f32"),
+    ("in_map", "map"), ("q_map", "map"), ("sf_map", "map"), ("sf_linear", "ptr"), ("tensor_sf_value", "f32"),
     ("tensor_sf_ptr", "ptr"), ("rows", "i32"), ("cols", "i32"), ("tickets", "ptr"),
 )
 # What the first loads need comes first: on the H200 the kernel then starts with one
@@ -94,10 +94,7 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
     ``tile_m x input_box_k``; the packed output tile ``tile_m x tile_k/2``
     bytes is stored as boxes of ``tile_m x output_box_k`` bytes; the scale
     tile is the ``(tile_m/128, tile_k/(4*sf_vec_size))`` slice of 512-byte
-    blocks of the 128x4 layout. Tiles of 32 or 64 rows (more tiles, and so
-    more of them per CTA, at a few hundred rows) hold part of a block, which
-    TMA cannot store: their consumers store the scales to global memory
-    themselves (``scales_by_tma``). ``sf_vec_size`` 16 is NVFP4 (e4m3 scales and
+    blocks of the 128x4 layout. ``sf_vec_size`` 16 is NVFP4 (e4m3 scales and
     a tensor scale), 32 is MXFP4 (e8m0 scales, rounded by ``mx_mode``).
     ``sf_layout``, ``tensor_sf_mode``, ``input_dtype`` and ``arch`` are set
     from each call by the API.
@@ -146,7 +143,7 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
                 f"tile_k must be a multiple of 128 for sf_vec_size=32 (one 128x4 block of MXFP4 scales), "
                 f"got {self.tile_k}",
             )
-        check_choice("tile_m", self.tile_m, (32, 64, 128, 256))
+        check_choice("tile_m", self.tile_m, (128, 256))
         check_int("tile_k", self.tile_k, CHUNK_K, 1024)
         require(self.tile_k % CHUNK_K == 0, f"tile_k must be a multiple of {CHUNK_K} (one 128x4 scale block), got {self.tile_k}")
         check_int("input_box_k", self.input_box_k, 1, MAX_BOX_DIM)
@@ -165,22 +162,16 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
 
     # ------------------------------------------------------------ derived
     @property
-    def scales_by_tma(self) -> bool:
-        """Whether the scales go through shared memory and a TMA store (swizzled, whole 128-row
-        blocks per tile); else the consumers store them."""
-        return self.sf_layout == "swizzled" and self.tile_m >= SF_BLOCK_ROWS
-
-    @property
     def scales_box(self) -> tuple[int, int, int, int]:
-        """TMA box of the swizzled scales, outer dimension first: the whole blocks the tile's
-        scales fall in (128-row blocks, 4-group blocks, 32, 16); used where ``scales_by_tma``."""
-        return (-(-self.tile_m // SF_BLOCK_ROWS), self.tile_k // (4 * self.sf_vec_size), 32, 16)
+        """TMA box of the swizzled scales, outer dimension first: the tile's whole slice of them
+        (128-row blocks, 4-group blocks, 32, 16)."""
+        return (self.tile_m // SF_BLOCK_ROWS, self.tile_k // (4 * self.sf_vec_size), 32, 16)
 
     @property
     def smem(self) -> SmemLayout:
         stage = self.tile_m * self.tile_k * 2
         q_tile = self.tile_m * self.tile_k // 2
-        sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.scales_by_tma else 0
+        sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.sf_layout == "swizzled" else 0
         q = align_up(self.num_stages * stage, 1024)
         sf = align_up(q + self.out_buffers * q_tile, 128)
         barriers = align_up(sf + self.out_buffers * sf_tile, 8)
@@ -220,12 +211,10 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
             params=TMA_QUANTIZE_PARAMS,
             threads=self.threads,
             smem_bytes=smem.total,
-            grid=TileGrid(self.tile_m, self.tile_k, self.persistent,
-                          SF_BLOCK_ROWS if self.sf_layout == "swizzled" and not self.scales_by_tma else 1),
+            grid=TileGrid(self.tile_m, self.tile_k, self.persistent),
             maps=(
                 MapBox("in_map", 2, (self.input_box_k, self.tile_m), self.input_swizzle, 256),
                 MapBox("q_map", 1, (self.output_box_k, self.tile_m), self.output_swizzle),
-                # Encoded only where scales_by_tma; the launch passes q_map again in its place otherwise.
                 MapBox("sf_map", 1, tuple(reversed(self.scales_box))),
             ),
         )

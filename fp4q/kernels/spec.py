@@ -61,21 +61,17 @@ def params(*pairs: tuple[str, str]) -> tuple[Param, ...]:
 
 @dataclass(frozen=True)
 class TileGrid:
-    """One CTA per ``tile_m x tile_k`` tile of ``rows`` rounded up to a multiple of
-    ``row_multiple`` (a kernel whose tiles also write the padding rows of the
-    scales). A persistent kernel launches no more CTAs than fit on the device at
-    once, and those take the remaining tiles from a counter (the dynamic tile
-    order)."""
+    """One CTA per ``tile_m x tile_k`` tile. A persistent kernel launches no more
+    CTAs than fit on the device at once, and those take the remaining tiles from
+    a counter (the dynamic tile order)."""
 
     tile_m: int
     tile_k: int
     persistent: bool
-    row_multiple: int = 1
 
     def size(self, rows: int, cols: int, sm_count: int, ctas_per_sm: int) -> tuple[int, bool]:
         """``(grid, dynamic)``: the CTAs to launch and whether they share tiles out."""
-        covered = -(-rows // self.row_multiple) * self.row_multiple
-        tiles = math.ceil(covered / self.tile_m) * math.ceil(cols / self.tile_k)
+        tiles = math.ceil(rows / self.tile_m) * math.ceil(cols / self.tile_k)
         grid = min(tiles, sm_count * ctas_per_sm) if self.persistent else tiles
         return grid, grid < tiles
 

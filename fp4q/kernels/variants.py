@@ -49,10 +49,6 @@ SHIPPED: dict[str, QuantizeConfig] = {
                                            consumer_warpgroups=1, min_ctas_per_sm=3),
     "m128_k64_s2_wg1_4cta": QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=S.B32, num_stages=2,
                                            consumer_warpgroups=1, min_ctas_per_sm=4),
-    # Tiles of fewer than 128 rows: the consumers store the scales.
-    "m64_k128_s4_wg1_3cta": QuantizeConfig(tile_m=64, consumer_warpgroups=1, min_ctas_per_sm=3),
-    "m32_k256_s4_wg1_3cta": QuantizeConfig(tile_m=32, tile_k=256, output_box_k=128, output_swizzle=S.B128,
-                                           consumer_warpgroups=1, min_ctas_per_sm=3),
 }
 
 # MXFP4 (groups of 32, e8m0 scales): tile_k covers whole 128x4 scale blocks.
@@ -61,7 +57,6 @@ SHIPPED_MX: dict[str, QuantizeConfig] = {
                                                min_ctas_per_sm=2),
     "mx_m128_k128_s4_wg2": QuantizeConfig(sf_vec_size=32),
     "mx_m128_k128_s4_wg2_floor": QuantizeConfig(sf_vec_size=32, mx_mode="floor"),
-    "mx_m64_k128_s4_wg1_3cta": QuantizeConfig(tile_m=64, sf_vec_size=32, consumer_warpgroups=1, min_ctas_per_sm=3),
 }
 
 SIMT: dict[str, SimtConfig] = {

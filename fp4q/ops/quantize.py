@@ -153,7 +153,7 @@ def resolve_config(config, view: RowsView, x_ptr: int, q_ptr: int, sf_ptr: int, 
 
 
 # What each kernel takes per call, in the order the call passes it (the launch checks the names).
-TMA_ARGS = ("sf_direct", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
+TMA_ARGS = ("sf_linear", "tensor_sf_value", "tensor_sf_ptr", "rows", "cols", "tickets")
 SIMT_ARGS = ("x", "q", "sf", "x_row_stride", "rows", "cols", "tensor_sf_value", "tensor_sf_ptr")
 FUSED_DYNAMIC_ARGS = ("x", "x_row_stride", "q", "sf", "scale", "rows", "cols", "sync")
 
@@ -175,7 +175,7 @@ def _kernel_launch(cfg, view: RowsView, swizzled: bool, dev) -> KernelLaunch:
     map_shapes = (
         ("x", (cols, rows), (view.row_stride * view.itemsize,)),
         ("out", (cols // 2, rows), (cols // 2,)),
-        ("sf_out", (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks)) if cfg.scales_by_tma else 1,
+        ("sf_out", (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks)) if swizzled else 1,
     )
     return KernelLaunch(cfg, kernel, grid, TMA_ARGS, dynamic, map_shapes)
 
@@ -271,7 +271,7 @@ def quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: For
     if plan.empty:
         return (q, sf) if dynamic_scale is None else (q, sf, dynamic_scale)
     if launch.map_names:
-        launch(handle, pdl, (sf_ptr, value, scale_ptr, plan.rows, plan.cols,
+        launch(handle, pdl, (0 if plan.swizzled else sf_ptr, value, scale_ptr, plan.rows, plan.cols,
                              launch.tickets(handle)), (x_ptr, q_ptr, sf_ptr))
     else:
         launch(handle, pdl, (x_ptr, q_ptr, sf_ptr, plan.row_stride, plan.rows, plan.cols, value, scale_ptr))

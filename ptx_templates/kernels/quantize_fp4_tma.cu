@@ -7,17 +7,13 @@
 // each tile into e2m1 codes and e4m3 scales in shared memory and one of them
 // TMA-stores the result. The grid is persistent when launched with fewer
 // CTAs than tiles, so the ring runs across tiles, in the order next_tile()
-// gives. Tiles of fewer than 128 rows hold part of a 128x4 scale block, which
-// is not a box TMA can store: their consumers store the scales themselves,
-// and the tiles cover the block's padding rows too. The constants before
-// the #includes come from the config.
+// gives. The constants before the #includes come from the config.
 #include "layout/scale_layout.cuh"
 #include "layout/tma_swizzle.cuh"
 #include "numerics/quantize_group.cuh"
 #include "numerics/tensor_scale.cuh"
 #include "pipeline/tma_producer.cuh"
 #include "ptx/bulk_group.cuh"
-#include "ptx/global_memory.cuh"
 #include "ptx/setmaxnreg.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
@@ -35,7 +31,6 @@ constexpr u32 SF_TILE_BYTES = TILE_M * TILE_K / SF_VEC;
 constexpr int SF_PER_CHUNK = 64 / SF_VEC;       // scale bytes one consumer step makes
 constexpr int SF_BLOCK_K = 4 * SF_VEC;           // K elements of one 128x4 scale block
 constexpr u32 CONSUMER_BARRIER = 1;
-constexpr bool SF_BY_TMA = FP4Q_SF_SWIZZLED && TILE_M >= 128;
 
 static_assert(TILE_M * CHUNKS_K % CONSUMER_THREADS == 0, "consumers must split a tile evenly");
 static_assert(TILE_K % IN_BOX_K == 0 && (TILE_K / 2) % OUT_BOX_K == 0, "boxes must tile the tile");
@@ -70,10 +65,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
 fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                         const __grid_constant__ TensorMap q_map,
                         const __grid_constant__ TensorMap sf_map,
-                        u8* __restrict__ sf_direct,
+                        u8* __restrict__ sf_linear,
                         FP4Q_TMA_TAIL_PARAMS) {
-    // The rows the tiles cover: with scales stored directly, the padded scale domain's.
-    const TmaCta cta = tma_cta_setup<1024>(SF_BY_TMA ? rows : static_cast<int>(sf_domain_rows(rows)), cols);
+    const TmaCta cta = tma_cta_setup<1024>(rows, cols);
     const int groups = cols / SF_VEC;
 
     if (threadIdx.x < 128) {
@@ -107,12 +101,12 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     if (ctid == 0) {
         prefetch_tensormap(&q_map);
-        if constexpr (SF_BY_TMA) prefetch_tensormap(&sf_map);
+        if constexpr (FP4Q_SF_SWIZZLED) prefetch_tensormap(&sf_map);
     }
 
     consume_tiles(cta, [&](int i, int stage, int m0, int k0) {
         u8* q_tile = cta.smem + OFF_Q + (i % NUM_OUT_BUFFERS) * Q_TILE_BYTES;
-        u8* sf_tile = cta.smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;  // SF_BY_TMA only
+        u8* sf_tile = cta.smem + OFF_SF + (i % NUM_OUT_BUFFERS) * SF_TILE_BYTES;  // swizzled layout only
 
         const u8* in = cta.smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
@@ -132,24 +126,14 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
             const int row = m0 + r;
             const int group = k0 / SF_VEC + c * SF_PER_CHUNK;
             const u32 sf = out.sf & valid_sf_mask(row, rows, group, groups);
-            if constexpr (SF_BY_TMA) {
+            if constexpr (FP4Q_SF_SWIZZLED) {
                 if constexpr (SF_PER_CHUNK == 4) {
                     st_shared_u32(sf_tile + sf_offset(r, c), sf);
                 } else {
                     st_shared_u16(sf_tile + sf_offset(r, c), static_cast<u16>(sf));
                 }
-            } else if constexpr (FP4Q_SF_SWIZZLED) {
-                // Every row of the tile is in the padded domain; its groups end at a whole word.
-                if (group < sf_domain_groups(groups)) {
-                    u8* dst = sf_direct + sf_index(row, group, groups);
-                    if constexpr (SF_PER_CHUNK == 4) {
-                        st_global_u32(dst, sf);
-                    } else {
-                        st_global_u16(dst, sf);
-                    }
-                }
             } else if (row < rows) {
-                u8* dst = sf_direct + static_cast<i64>(row) * groups + group;
+                u8* dst = sf_linear + static_cast<i64>(row) * groups + group;
 #pragma unroll
                 for (int b = 0; b < SF_PER_CHUNK; ++b) {
                     if (group + b < groups) dst[b] = static_cast<u8>(sf >> (8 * b));
@@ -170,7 +154,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                 cp_async_bulk_tensor_2d_shared_to_global(&q_map, k0 / 2 + b * OUT_BOX_K, m0,
                                                          q_tile + b * OUT_BOX_BYTES);
             }
-            if constexpr (SF_BY_TMA) {
+            if constexpr (FP4Q_SF_SWIZZLED) {
                 cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
             }
             cp_async_bulk_commit_group();
