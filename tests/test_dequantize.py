@@ -119,18 +119,6 @@ def test_simt_threads_rule():
         DequantizeSimtConfig(threads=100)
 
 
-def test_simt_stores_rules():
-    with raises_config("stores must be one of 1, 2, got 4"):
-        DequantizeSimtConfig(vector=True, stores=4)
-    with raises_config("stores=2 needs vector=True (the plain kernel stores element by element)"):
-        DequantizeSimtConfig(stores=2)
-    # A thread's codes: 16 bf16 values are 8 bytes, 8 float32 values 4; never less than 4.
-    assert DequantizeSimtConfig(vector=True, stores=2).codes_alignment == 8
-    assert DequantizeSimtConfig(vector=True, stores=2, out_dtype="float32").codes_alignment == 4
-    assert DequantizeSimtConfig(vector=True).codes_alignment == 4
-    assert DequantizeSimtConfig(vector=True, stores=2).units_per_row(4096) == 4096 // 16
-
-
 # --- rendering ---------------------------------------------------------------------------------------------------
 
 
@@ -165,9 +153,7 @@ def test_render_flags_and_constants(fmt, mode, dtype, layout):
     assert prelude_constants(codegen.render(tma.spec).source) == {
         "TILE_M": 64, "TILE_K": 256, "NUM_STAGES": 3, "CONSUMER_THREADS": 256, "MIN_CTAS_PER_SM": 2,
         "OFF_BARRIERS": 3 * 64 * 128, "OFF_TILES": 3 * 64 * 128 + 2 * 3 * 8}
-    assert prelude_constants(codegen.render(simt.spec).source) == {"SIMT_THREADS": 128, "STORES": 1}
-    assert prelude_constants(codegen.render(simt.replace(vector=True, stores=2).spec).source) == {
-        "SIMT_THREADS": 128, "STORES": 2}
+    assert prelude_constants(codegen.render(simt.spec).source) == {"SIMT_THREADS": 128}
 
 
 def test_every_code_affecting_field_changes_the_source():
@@ -193,9 +179,8 @@ def test_shipped_configs_are_valid_defaults(name):
 @pytest.mark.parametrize("arch", ARCH_LIST)
 def test_dequantize_variants_are_in_all_variants(arch):
     variants = dequantize_variants(arch)
-    # every config on a target with TMA (all fit), only the plain kernel and its vector forms without
-    simt = sum(isinstance(cfg, DequantizeSimtConfig) for cfg in DEQUANTIZE.values())
-    bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else simt
+    # every config on a target with TMA (all fit), only the plain kernel and its vector form without
+    bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else 2
     assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: no modes
     everything = all_variants(arch)
     for name, cfg in variants.items():

@@ -784,27 +784,6 @@ def test_a_launch_is_reused_only_for_pointers_of_the_same_alignment(gpu):
     assert [launch["spec"] for launch in gpu.launches[before:]] == [cfg.spec]
 
 
-def test_dequantize_with_two_stores_per_thread(gpu):
-    from fp4q.kernels.dequantize import DequantizeSimtConfig
-    from fp4q.ops.dequantize import dequantize_nvfp4
-
-    cp = gpu.cupy
-    m, k = 16, 256
-    sf, q = swizzled(cp, m, k), cp.array((m, k // 2), np.uint8)
-    cfg = DequantizeSimtConfig(vector=True, stores=2)
-    before = len(gpu.launches)
-    y = dequantize_nvfp4(q, sf, 1.0, config=cfg)
-    (launch,) = gpu.launches[before:]
-    assert launch["spec"] == cfg.spec
-    # 16 bf16 values per thread: the walk divides by k / 16
-    assert {n: launch["args"][n] for n in ("q", "out", "unit_magic", "unit_shift")} == dict(
-        q=q.data.ptr, out=y.data.ptr, **dict(unit_divisor(k // 16)))
-    # A thread reads 8 bytes of codes: a 4-byte-aligned q does not do.
-    with pytest.raises(ValueError, match="config is a vector DequantizeSimtConfig, but it cannot serve this call: "
-                                         "q's base address 0x[0-9a-f]+ is not 8-byte aligned"):
-        dequantize_nvfp4(FakeArray((m, k // 2), np.uint8, q.data.ptr + 4096 + 4), sf, 1.0, config=cfg)
-
-
 def test_a_misaligned_device_tensor_sf_is_refused(gpu):
     from fp4q.ops.dequantize import dequantize_nvfp4
 

@@ -167,43 +167,30 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
 
 @dataclass(frozen=True)
 class DequantizeSimtConfig(_CallFormat):
-    """The dequantization kernel without TMA: a thread per ``stores`` 16-byte units of output.
+    """The dequantization kernel without TMA: a thread per 16-byte unit of output.
 
-    ``vector=True``: one load of a thread's codes and one 16-byte store per
-    unit, which needs q's base and row stride aligned to those codes
-    (``codes_alignment``) and out's base 16-byte aligned; the kernel for small
-    inputs. ``stores=2`` (vector only) gives a thread two units of one scale
-    group: 16 bf16 or 8 float32 values, one scale read. ``vector=False``: byte
-    loads and element stores, for any shape and pointer TMA cannot address."""
+    ``vector=True``: one load of a unit's codes and one 16-byte store, which
+    needs q's base and row stride 4-byte aligned and out's base 16-byte
+    aligned; the kernel for small inputs. ``vector=False``: byte loads and
+    element stores, for any shape and pointer TMA cannot address."""
 
     threads: int = 256
     vector: bool = False
-    stores: int = 1
 
     def __post_init__(self) -> None:
         _check_call_fields(self)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         check_bool("vector", self.vector)
-        check_choice("stores", self.stores, (1, 2))
-        require(self.vector or self.stores == 1,
-                f"stores={self.stores} needs vector=True (the plain kernel stores element by element)")
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         flags = dequantize_flags(self) + (("FP4Q_VECTOR", self.vector),)
-        constants = (("SIMT_THREADS", self.threads), ("STORES", self.stores))
-        return simt_spec("dequantize_simt", self.arch, constants, flags,
+        return simt_spec("dequantize_simt", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          SIMT_DEQUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, SIMT_WAVES))
 
-    @property
-    def codes_alignment(self) -> int:
-        """The alignment the vector form needs of q's base and row stride: a thread's codes
-        (``stores`` units of ``unit`` codes, half a byte each), and at least 4 bytes."""
-        return max(4, self.stores * self.unit // 2)
-
     def units_per_row(self, cols: int) -> int:
-        """The threads' units (``stores`` 16-byte stores each) of one output row: the walk's divisor."""
-        return cols // (self.stores * self.unit)
+        """The units (16-byte stores) of one output row: the walk's divisor."""
+        return cols // self.unit
 
     def replace(self, **changes) -> "DequantizeSimtConfig":
         return dataclasses.replace(self, **changes)

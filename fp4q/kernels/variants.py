@@ -84,7 +84,6 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
     "dq_m128_k32_s8_w4_tile_per_cta": DequantizeConfig(tile_k=32, num_stages=8, consumer_warps=4, persistent=False),
     "dq_simt_256": DequantizeSimtConfig(),
     "dq_vec_256": DequantizeSimtConfig(vector=True),
-    "dq_vec_256_x2": DequantizeSimtConfig(vector=True, stores=2),
 }
 
 # The global scale's two passes (the amax pass per input dtype and load width), and the

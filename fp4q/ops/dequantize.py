@@ -94,10 +94,9 @@ def _tma_obstacle(view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
     return _alignment_obstacle(view, q_ptr, y_ptr, 16)
 
 
-def _vector_obstacle(cfg: DequantizeSimtConfig, view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
-    """Why the vector kernel ``cfg`` (a load of a thread's codes, 16-byte stores) cannot serve this call,
-    or None."""
-    return _alignment_obstacle(view, q_ptr, y_ptr, cfg.codes_alignment)
+def _vector_obstacle(view: RowsView, q_ptr: int, y_ptr: int) -> str | None:
+    """Why the vector kernel (a load of a unit's codes, a 16-byte store) cannot serve this call, or None."""
+    return _alignment_obstacle(view, q_ptr, y_ptr, 4)
 
 
 def check_config_type(config) -> None:
@@ -109,7 +108,7 @@ def check_config_type(config) -> None:
 
 def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
     if isinstance(config, DequantizeSimtConfig):
-        vector_obstacle = _vector_obstacle(config, view, q_ptr, y_ptr) if config.vector else None
+        vector_obstacle = _vector_obstacle(view, q_ptr, y_ptr) if config.vector else None
         if vector_obstacle is not None:
             raise ValueError(f"config is a vector DequantizeSimtConfig, but it cannot serve this call: "
                              f"{vector_obstacle}")
@@ -121,12 +120,11 @@ def resolve_config(config, view: RowsView, q_ptr: int, y_ptr: int, call: dict):
         return config.replace(**call)
     # The choice depends on the pointers only through their low four bits (the launch's key)
     # and on the row stride and K (the plan's).
-    vector_cfg = DequantizeSimtConfig(vector=True, **call)
-    vector = q_ptr % 16 == 0 and _vector_obstacle(vector_cfg, view, q_ptr, y_ptr) is None
+    vector = q_ptr % 16 == 0 and _vector_obstacle(view, q_ptr, y_ptr) is None
     if (vector and view.rows * 2 * view.width >= VECTOR_MAX_ELEMENTS and target(call["arch"]).features.tma
             and _tma_obstacle(view, q_ptr, y_ptr) is None):
         return DequantizeConfig(**call)
-    return vector_cfg if vector else DequantizeSimtConfig(**call)
+    return DequantizeSimtConfig(vector=vector, **call)
 
 
 # What each kernel takes per call, in the order the call passes it (the launch checks the names).

@@ -1,29 +1,20 @@
-// NVFP4 / MXFP4 dequantization without TMA: one thread per STORES output
-// units of 16 bytes, all in one scale group. With FP4Q_VECTOR (q's rows
-// aligned to the codes of a thread's units and at least 4 bytes, out 16-byte
-// aligned) a thread's codes are one load and each unit one 16-byte store:
-// the kernel for small inputs, and for K % 32 != 0 at any size. Without it
-// (STORES 1), byte loads and element stores serve the pointers nothing else
-// can address (unaligned bases or row strides). Same numerics header as the
-// TMA kernel, so the same bits.
+// NVFP4 / MXFP4 dequantization without TMA: one thread per output unit of
+// 16 bytes. With FP4Q_VECTOR (q's rows 4-byte aligned, out 16-byte aligned)
+// a unit's codes are one load and its output one 16-byte store: the kernel
+// for small inputs, and for K % 32 != 0 at any size. Without it, byte loads
+// and element stores serve the pointers nothing else can address (unaligned
+// bases or row strides). Same numerics header as the TMA kernel, so the same
+// bits.
 #include "layout/scale_layout.cuh"
 #include "numerics/dequantize.cuh"
 #include "pipeline/pdl.cuh"
 #include "pipeline/row_walk.cuh"
 #include "ptx/global_memory.cuh"
 
-constexpr int THREAD_UNIT = STORES * UNIT;  // output elements per thread and step
-static_assert(STORES == 1 || (FP4Q_VECTOR && (STORES == 2)), "two units per thread in the vector form only");
-
-// The THREAD_UNIT codes of the thread's units at src, code i in bits
-// 4i..4i+3.
-FP4Q_DEVICE u64 load_codes(const u8* src) {
+// The UNIT codes of the unit at src, code i in bits 4i..4i+3.
+FP4Q_DEVICE u32 load_codes(const u8* src) {
     if constexpr (FP4Q_VECTOR) {
-        if constexpr (THREAD_UNIT == 16) {
-            u32 lo, hi;
-            ld_global_nc_v2(src, lo, hi);
-            return lo | static_cast<u64>(hi) << 32;
-        } else if constexpr (THREAD_UNIT == 8) {
+        if constexpr (UNIT == 8) {
             return ld_global_nc_u32(src);
         } else {
             return ld_global_nc_u16(src);
@@ -58,22 +49,17 @@ fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
                      float tensor_sf_value,
                      const float* __restrict__ tensor_sf_ptr,
                      i32 rows, i32 cols, u32 unit_magic, u32 unit_shift) {
-    // unit_magic and unit_shift divide by a row's thread units (the host's DequantizeSimtConfig.units_per_row).
-    const Divisor per_row{static_cast<u32>(cols / THREAD_UNIT), unit_magic, unit_shift};
-    RowWalk unit(grid_thread(), grid_threads(), per_row);
+    // unit_magic and unit_shift divide by the units per row (the host's DequantizeSimtConfig.units_per_row).
+    RowWalk unit(grid_thread(), grid_threads(), Divisor{static_cast<u32>(cols / UNIT), unit_magic, unit_shift});
     pdl_wait();
     pdl_launch_dependents();
     const float rcp_tsf = rcp_tensor_sf(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / GROUP;
     for (; unit.row < rows; unit.advance()) {
-        const int col = unit.col * THREAD_UNIT;
-        const u64 codes = load_codes(q + unit.row * q_row_stride + col / 2);
-        const float d = group_scale(sf[sf_index(unit.row, col / GROUP, groups)], rcp_tsf);
-#pragma unroll
-        for (int s = 0; s < STORES; ++s) {
-            u32 w[4];
-            dequantize_unit(static_cast<u32>(codes >> (4 * UNIT * s)), d, w);
-            store_unit(out, unit.row * cols + col + s * UNIT, w);
-        }
+        const int col = unit.col * UNIT;
+        const u32 codes = load_codes(q + unit.row * q_row_stride + col / 2);
+        u32 w[4];
+        dequantize_unit(codes, group_scale(sf[sf_index(unit.row, col / GROUP, groups)], rcp_tsf), w);
+        store_unit(out, unit.row * cols + col, w);
     }
 }

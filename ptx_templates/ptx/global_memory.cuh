@@ -21,10 +21,6 @@ FP4Q_DEVICE u32 ld_global_nc_u32(const void* p) {
     return v;
 }
 
-FP4Q_DEVICE void ld_global_nc_v2(const void* p, u32& a, u32& b) {
-    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
-}
-
 FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
