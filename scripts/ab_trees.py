@@ -56,9 +56,9 @@ def shape_ops(m, k):
     tsf = float(reference.global_scale(cp.asnumpy(x)))
     tsf_dev = cp.asarray(np.float32(tsf)).reshape(())
     q = cp.empty((m, k // 2), cp.uint8)
-    sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(m, k), cp.uint8)
     qm = cp.empty((m, k // 2), cp.uint8)
-    sfm = cp.empty(fp4q.swizzled_sf_shape(m, k // 32), cp.uint8)
+    sfm = cp.empty(fp4q.swizzled_sf_shape(m, k, "mxfp4"), cp.uint8)
     y = cp.empty((m, k), cp.uint16)
     qd, sfd = cp.empty_like(q), cp.empty_like(sf)
     shape_fns = {

@@ -14,7 +14,7 @@ import sweep_ops
 import timing
 from bench_measure import Case, as_cupy, compare, timed_row
 from bench_report import Row, progress_line
-from fp4q.numerics.reference import R6
+from fp4q.numerics.formats import R6
 
 HOST_SHAPE = (16, 4096)  # small enough that a call is host-bound: the host-overhead shape
 # Launches per call, an upper estimate, for the contenders made of several kernels.
@@ -237,7 +237,7 @@ def torch_host_runs(env, xt, tsf: float) -> list[tuple]:
 
     m, k = xt.shape
     qt = torch.empty((m, k // 2), dtype=torch.uint8, device=xt.device)
-    sft = torch.empty(env.fp4q.swizzled_sf_shape(m, k // 16), dtype=torch.uint8, device=xt.device)
+    sft = torch.empty(env.fp4q.swizzled_sf_shape(m, k), dtype=torch.uint8, device=xt.device)
     a, b, c = (torch.empty((m, k), dtype=torch.bfloat16, device=xt.device) for _ in range(3))
     quantize_op = torch.ops.fp4q.quantize_nvfp4
     return [
@@ -258,7 +258,7 @@ def bench_host(env) -> list[dict]:
     x = cp.asarray(x_host)
     tsf = float(env.reference.global_scale(x_host))
     q = cp.empty((m, k // 2), cp.uint8)
-    sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(m, k), cp.uint8)
     tsf_dev = cp.asarray(np.float32(tsf)).reshape(())
     runs = [
         ("fp4q, out= given, host float tensor_sf",
@@ -354,7 +354,7 @@ def bench_corner(env) -> list[dict]:
             def run_triton(tsf):
                 q, sf = triton_kernel.outputs(torch, xt)
                 triton_kernel.quantize(xt, t_scalar(tsf), q, sf, triton_kernel.CONFIGS[0])
-                sf = fp4q.unswizzle_sf(as_cupy(cp, sf).reshape(fp4q.swizzled_sf_shape(m, k // 16)), m, k // 16)
+                sf = fp4q.unswizzle_sf(as_cupy(cp, sf).reshape(fp4q.swizzled_sf_shape(m, k)), m, k // 16)
                 return q, sf
 
             contenders.append(("triton (bench_triton)", run_triton))

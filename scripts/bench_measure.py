@@ -131,7 +131,7 @@ def compare(env, case: Case, q, sf, layout: str = "linear") -> tuple[str, str]:
             return "no", f"{sf.size} swizzled scale bytes; expected {case.sf_ref.size}"
         sf = sf.reshape(case.sf_ref.shape)
         padding_bad = int(cp.count_nonzero(sf != case.sf_ref))
-        sf = env.fp4q.unswizzle_sf(sf, case.m, case.k // 16)
+        sf = env.fp4q.unswizzle_sf(sf, case.m, case.k)
     sf_lin = sf
     if q.shape != case.q_ref.shape or sf_lin.shape != case.sf_ref_lin.shape:
         return "no", f"shapes q {tuple(q.shape)}, sf {tuple(sf_lin.shape)}; expected " \
@@ -379,7 +379,7 @@ def make_case(env, m: int, k: int) -> Case:
     x_host = None  # the largest shape's host copy is 0.5 GB
     q_ref, sf_ref = fp4q.quantize_nvfp4(x, tsf)
     copy = timing.time_fn(timing.copy_fn(m, k), warmup=env.args.warmup, reps=env.args.reps)
-    case = Case(m, k, x, tsf, q_ref, sf_ref, fp4q.unswizzle_sf(sf_ref, m, k // 16), cp.empty_like(q_ref),
+    case = Case(m, k, x, tsf, q_ref, sf_ref, fp4q.unswizzle_sf(sf_ref, m, k), cp.empty_like(q_ref),
                 cp.empty_like(sf_ref), copy.median_us, copy.min_us, sum(timing.copy_bytes(m, k)))
     if env.torch is not None:
         case.xt = env.torch.from_dlpack(x.view(cp.int16)).view(env.torch.bfloat16)

@@ -35,7 +35,7 @@ def main() -> None:
         m, k = map(int, shape.split("x"))
         x = cp.asarray(bf16_normal(m, k, rng))
         q = cp.empty((m, k // 2), cp.uint8)
-        sf = cp.empty(fp4q.swizzled_sf_shape(m, k // 16), cp.uint8)
+        sf = cp.empty(fp4q.swizzled_sf_shape(m, k), cp.uint8)
         copy = time_fn(copy_fn(m, k))
         moved = sum(copy_bytes(m, k))
         for name, cfg in configs:

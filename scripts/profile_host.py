@@ -48,7 +48,7 @@ def floors() -> None:
     dev = torch.device("cuda", 0)
     xt = torch.zeros((16, 4096), dtype=torch.bfloat16, device=dev)
     qt = torch.empty((16, 2048), dtype=torch.uint8, device=dev)
-    sft = torch.empty(fp4q.swizzled_sf_shape(16, 256), dtype=torch.uint8, device=dev)
+    sft = torch.empty(fp4q.swizzled_sf_shape(16, 4096), dtype=torch.uint8, device=dev)
     a, b, c = (torch.empty((16, 4096), dtype=torch.bfloat16, device=dev) for _ in range(3))
     q_shape, sf_shape = (16, 2048), (1, 64, 32, 4, 4)
     schema = '(Tensor x, float tensor_sf, str sf_layout="swizzled", bool pdl=True, bool fp4_dtype=False)'
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
 
     x = cp.zeros((16, 4096), dtype=cp.uint16)
     q = cp.empty((16, 2048), cp.uint8)
-    sf = cp.empty(fp4q.swizzled_sf_shape(16, 256), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(16, 4096), cp.uint8)
     tsf_dev = cp.asarray(np.float32(1.0)).reshape(())
     calls = {
         "value": lambda: fp4q.quantize_nvfp4(x, 1.0, out=q, sf_out=sf),
@@ -120,7 +120,7 @@ def main(argv=None) -> None:
 
         xt = torch.zeros((16, 4096), dtype=torch.bfloat16, device="cuda")
         qt = torch.empty((16, 2048), dtype=torch.uint8, device="cuda")
-        sft = torch.empty(fp4q.swizzled_sf_shape(16, 256), dtype=torch.uint8, device="cuda")
+        sft = torch.empty(fp4q.swizzled_sf_shape(16, 4096), dtype=torch.uint8, device="cuda")
         op = torch.ops.fp4q.quantize_nvfp4
         calls.update(torch_op=lambda: op.default(xt, 1.0), torch_packet=lambda: op(xt, 1.0),
                      torch_out=lambda: fp4q.quantize_nvfp4(xt, 1.0, out=qt, sf_out=sft))

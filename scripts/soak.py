@@ -122,7 +122,7 @@ class Worker(threading.Thread):
         key = (s, shape_i, layout)
         if key not in self.buffers:
             m, k = SHAPES[shape_i]
-            sf_shape = fp4q.swizzled_sf_shape(m, k // 16) if layout == "swizzled" else (m, k // 16)
+            sf_shape = fp4q.swizzled_sf_shape(m, k) if layout == "swizzled" else (m, k // 16)
             with self.streams[s]:
                 self.buffers[key] = (cp.empty((m, k // 2), cp.uint8), cp.empty(sf_shape, cp.uint8))
         return self.buffers[key]

@@ -57,7 +57,7 @@ class Quantize:
         self.x = cp.asarray(self.x_host)
         self.tsf = float(reference.global_scale(self.x_host[: min(m, 256)])) if self.fmt == "nvfp4" else None
         self.q = cp.empty((m, k // 2), cp.uint8)
-        self.sf = cp.empty(fp4q.swizzled_sf_shape(m, k // self.group), cp.uint8)
+        self.sf = cp.empty(fp4q.swizzled_sf_shape(m, k, self.fmt), cp.uint8)
 
     def clear(self):
         self.q.fill(0xFF)
@@ -76,7 +76,7 @@ class Quantize:
             q_ref, sf_ref = reference.quantize_nvfp4(self.x_host[rows], self.tsf, sf_layout="linear")
         else:
             q_ref, sf_ref = reference.quantize_mxfp4(self.x_host[rows], sf_layout="linear")
-        sf_lin = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k // self.group)
+        sf_lin = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k, self.fmt)
         return bool((cp.asnumpy(self.q[cp.asarray(rows)]) == q_ref).all() and (sf_lin[rows] == sf_ref).all())
 
 
@@ -115,7 +115,7 @@ class Dequantize:
         m, k = self.y.shape
         rows = sample_rows(m, rng)
         q_rows = cp.asnumpy(self.q[cp.asarray(rows)])
-        sf_rows = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k // self.group)[rows]
+        sf_rows = fp4q.unswizzle_sf(cp.asnumpy(self.sf), m, k, self.fmt)[rows]
         dequantize = reference.dequantize_nvfp4 if self.fmt == "nvfp4" else reference.dequantize_mxfp4
         y_ref = dequantize(q_rows, sf_rows, *self.tsf, sf_layout="linear", dtype="bfloat16")
         return bool((cp.asnumpy(self.y[cp.asarray(rows)]) == y_ref.view(np.uint16)).all())

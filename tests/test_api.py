@@ -356,7 +356,7 @@ def test_cuda_graph_capture_and_replay():
     x = cp.asarray(x_host)
     scale = cp.asarray(np.float32(1.0))
     q = cp.empty((384, 1024), cp.uint8)
-    sf = cp.empty(fp4q.swizzled_sf_shape(384, 128), cp.uint8)
+    sf = cp.empty(fp4q.swizzled_sf_shape(384, 2048), cp.uint8)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         fp4q.quantize_nvfp4(x, scale, out=q, sf_out=sf)  # compile and load outside the capture

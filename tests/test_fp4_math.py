@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fp4q.kernels.archs import EMULATED_SM_80
-from fp4q.numerics import reference
+from fp4q.numerics import formats, reference
 
 gpu = pytest.mark.gpu
 BUILDS = ["device", EMULATED_SM_80]
@@ -81,7 +81,7 @@ def test_scale_and_inverse_bit_exact(tensor_sf, build):
     _, sf, inv = _probe(np.zeros_like(amax), amax, tensor_sf, build)
     tsf = np.float32(tensor_sf)
     with np.errstate(all="ignore"):
-        want_sf = reference.e4m3_encode(tsf * (amax * reference.R6))
+        want_sf = reference.e4m3_encode(tsf * (amax * formats.R6))
     got_sf = np.stack([sf & 0xFF, sf >> 8], axis=1).reshape(-1).astype(np.uint8)
     np.testing.assert_array_equal(got_sf, want_sf)
     with np.errstate(all="ignore"):

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, given, note, reject, settings
 from hypothesis import strategies as st
 
 import fp4q
-from fp4q.numerics import layouts
+from fp4q.numerics import formats, layouts
 from fp4q.numerics import reference
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
@@ -39,7 +39,7 @@ from helpers import assert_bytes_equal, random_bf16
 gpu = pytest.mark.gpu
 
 LONG_FACTOR = 20
-R6 = reference.R6
+R6 = formats.R6
 F32 = np.float32
 
 
@@ -137,7 +137,7 @@ def check_error_bound(case):
     g = k // 16
     x32 = _as_f32(bits).reshape(m, g, 16)
     q, sf = reference.quantize_nvfp4(bits, tsf, sf_layout="linear")
-    y32 = reference.dequantize_nvfp4(q, sf, tsf, sf_layout="linear").reshape(m, g, 16)
+    y32 = reference.dequantize_nvfp4(q, sf, tsf, sf_layout="linear", dtype="float32").reshape(m, g, 16)
     x, y = x32.astype(np.float64), y32.astype(np.float64)
     with np.errstate(all="ignore"):
         amax = np.abs(x32).max(axis=-1)
@@ -203,9 +203,9 @@ def check_layout_round_trip(lin):
     m = int(np.prod(lin.shape[:-1]))
     flat = lin.reshape(m, g)
     sw = layouts.swizzle_sf(lin)
-    assert sw.shape == layouts.swizzled_sf_shape(m, g) and sw.dtype == np.uint8 and sw.flags.c_contiguous
+    assert sw.shape == layouts.block_shape(m, g) and sw.dtype == np.uint8 and sw.flags.c_contiguous
     assert np.array_equal(sw, layouts.swizzle_sf(flat)), "leading dimensions must flatten to rows"
-    assert np.array_equal(layouts.unswizzle_sf(sw, m, g), flat)
+    assert np.array_equal(layouts.unswizzle_groups(sw, m, g), flat)
     mi, ji = np.meshgrid(np.arange(m), np.arange(g), indexing="ij")
     offsets = layouts.swizzled_sf_offset(mi, ji, g) if m and g else np.zeros((m, g), np.int64)
     assert np.unique(offsets).size == m * g and (offsets < max(sw.size, 1)).all()
@@ -216,7 +216,7 @@ def check_layout_round_trip(lin):
     # The other direction: any swizzled array with zero padding survives unswizzle -> swizzle.
     other = np.random.default_rng(m * 131 + g).integers(0, 256, size=sw.shape, dtype=np.uint8)
     other.ravel()[padding] = 0
-    assert np.array_equal(layouts.swizzle_sf(layouts.unswizzle_sf(other, m, g)), other)
+    assert np.array_equal(layouts.swizzle_sf(layouts.unswizzle_groups(other, m, g)), other)
 
 
 def test_layouts_round_trip(request):
@@ -282,7 +282,7 @@ def check_rows_independent(case):
     q, sf = reference.quantize_nvfp4(x, tsf, sf_layout="linear")
     q_sw, sf_sw = reference.quantize_nvfp4(x, tsf, sf_layout="swizzled")
     assert np.array_equal(q_sw, q)
-    assert np.array_equal(layouts.unswizzle_sf(sf_sw, m, k // 16), sf)
+    assert np.array_equal(layouts.unswizzle_sf(sf_sw, m, k), sf)
     for i in range(m):
         qi, sfi = reference.quantize_nvfp4(x[i : i + 1], tsf, sf_layout="linear")
         assert np.array_equal(qi[0], q[i]) and np.array_equal(sfi[0], sf[i]), f"row {i} depends on other rows"
@@ -449,7 +449,7 @@ def check_gpu_case(case, cp, streams):
     tsf_ref, tsf_arg = case.tensor_sf(cp, host)
     g = case.k // 16
     q_shape = (case.m, case.k // 2)
-    sf_shape = layouts.swizzled_sf_shape(case.m, g) if case.sf_layout == "swizzled" else (case.m, g)
+    sf_shape = layouts.block_shape(case.m, g) if case.sf_layout == "swizzled" else (case.m, g)
     kwargs = dict(sf_layout=case.sf_layout, config=case.config, pdl=case.pdl,
                   stream=None if case.stream is None else streams[case.stream])
     if case.out_buffers:  # reused, dirty buffers: every byte, padding included, must be rewritten

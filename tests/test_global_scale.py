@@ -336,7 +336,7 @@ def test_cuda_graph_capture_and_replay(m, k):
     stream = cp.cuda.Stream(non_blocking=True)
     x = cp.empty((m, k), dtype=cp.uint16)
     q_out = cp.empty((m, k // 2), dtype=cp.uint8)
-    sf_out = cp.empty(swizzled_sf_shape(m, k // 16), dtype=cp.uint8)
+    sf_out = cp.empty(swizzled_sf_shape(m, k), dtype=cp.uint8)
     y_out = cp.empty((m, k), dtype=cp.float32)
     with stream:
         # Warm up: compile and load the kernels outside the capture.

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4q.numerics.layouts import swizzle_sf, swizzled_sf_offset, swizzled_sf_shape, unswizzle_sf
+from fp4q.numerics.layouts import (block_shape, swizzle_sf, swizzled_sf_offset, swizzled_sf_shape, unswizzle_groups,
+                                   unswizzle_sf)
 
 ROWS = [0, 1, 2, 31, 32, 33, 127, 128, 129, 255, 256, 300]
 GROUPS = list(range(0, 10))
@@ -36,8 +37,18 @@ def spec_offset(m, j, g):
         (4096, 448, (32, 112, 32, 4, 4)),
     ],
 )
-def test_swizzled_sf_shape(m, g, expected):
-    assert swizzled_sf_shape(m, g) == expected
+def test_block_shape(m, g, expected):
+    assert block_shape(m, g) == expected
+    assert swizzled_sf_shape(m, 16 * g) == swizzled_sf_shape(m, 32 * g, "mxfp4") == expected
+
+
+def test_public_functions_take_k():
+    linear = np.arange(3 * 8, dtype=np.uint8).reshape(3, 8)
+    swizzled = swizzle_sf(linear)
+    assert swizzled.shape == swizzled_sf_shape(3, 128) == swizzled_sf_shape(3, 256, "mxfp4")
+    np.testing.assert_array_equal(unswizzle_sf(swizzled, 3, 128), linear)
+    np.testing.assert_array_equal(unswizzle_sf(swizzled, 3, 256, "mxfp4"), linear)
+    np.testing.assert_array_equal(unswizzle_sf(swizzled, 3, 128, fmt="nvfp4"), linear)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +76,7 @@ def test_swizzled_sf_offset_hand_values(m, j, g, expected):
 def test_swizzle_matches_spec_index_and_offset(m, g):
     linear = random_scales(m, g)
     swizzled = swizzle_sf(linear)
-    assert swizzled.shape == swizzled_sf_shape(m, g)
+    assert swizzled.shape == block_shape(m, g)
     assert swizzled.dtype == np.uint8 and swizzled.flags.c_contiguous
     mm, jj = np.meshgrid(np.arange(m), np.arange(g), indexing="ij")
     offsets = swizzled_sf_offset(mm, jj, g)
@@ -91,7 +102,7 @@ def test_swizzle_padding_is_zero(m, g):
 @pytest.mark.parametrize("g", GROUPS)
 def test_unswizzle_round_trip(m, g):
     linear = random_scales(m, g, seed=2)
-    back = unswizzle_sf(swizzle_sf(linear), m, g)
+    back = unswizzle_groups(swizzle_sf(linear), m, g)
     assert back.shape == (m, g) and back.dtype == np.uint8 and back.flags.c_contiguous
     np.testing.assert_array_equal(back, linear)
 
@@ -105,12 +116,12 @@ def test_swizzle_flattens_leading_dims():
 
 def test_swizzle_rank_one_is_one_row():
     linear = np.array([7, 8, 9], dtype=np.uint8)
-    np.testing.assert_array_equal(unswizzle_sf(swizzle_sf(linear), 1, 3), linear[None])
+    np.testing.assert_array_equal(unswizzle_groups(swizzle_sf(linear), 1, 3), linear[None])
 
 
 def test_swizzle_accepts_non_contiguous_input():
     linear = random_scales(130, 10, seed=4)[:, ::2]
-    np.testing.assert_array_equal(unswizzle_sf(swizzle_sf(linear), 130, 5), linear)
+    np.testing.assert_array_equal(unswizzle_groups(swizzle_sf(linear), 130, 5), linear)
 
 
 def test_swizzled_sf_offset_widens_small_integer_dtypes():
@@ -122,7 +133,7 @@ def test_swizzled_sf_offset_widens_small_integer_dtypes():
 def test_unswizzle_shape_message():
     swizzled = np.zeros((1, 1, 32, 4, 4), dtype=np.uint8)
     with pytest.raises(ValueError) as err:
-        unswizzle_sf(swizzled, 129, 4)
+        unswizzle_groups(swizzled, 129, 4)
     assert str(err.value) == (
         "swizzled must have shape (2, 1, 32, 4, 4) for m=129, groups=4, got (1, 1, 32, 4, 4)"
     )
@@ -138,15 +149,19 @@ ONE_TILE = np.zeros((1, 1, 32, 4, 4), np.uint8)
         (lambda: swizzle_sf(np.uint8(3)), TypeError, "linear must be a numpy or cupy array"),
         (lambda: swizzle_sf(np.array(3, np.uint8)), ValueError, "linear must have rank >= 1"),
         (lambda: swizzle_sf([[1, 2]]), TypeError, "linear must be a numpy or cupy array, got builtins.list"),
-        (lambda: unswizzle_sf(ONE_TILE[0], 1, 1), ValueError, "swizzled must have shape (1, 1, 32, 4, 4)"),
+        (lambda: unswizzle_groups(ONE_TILE[0], 1, 1), ValueError, "swizzled must have shape (1, 1, 32, 4, 4)"),
         (
-            lambda: unswizzle_sf(np.zeros((1, 1, 32, 4, 4), np.float32), 1, 1),
+            lambda: unswizzle_groups(np.zeros((1, 1, 32, 4, 4), np.float32), 1, 1),
             TypeError,
             "swizzled must have dtype uint8",
         ),
-        (lambda: unswizzle_sf(ONE_TILE, -1, 1), ValueError, "m must be >= 0, got -1"),
-        (lambda: unswizzle_sf(ONE_TILE, 1.0, 1), TypeError, "m must be an int, got 1.0 of type float"),
-        (lambda: swizzled_sf_shape(1, True), TypeError, "groups must be an int"),
+        (lambda: unswizzle_sf(ONE_TILE, -1, 16), ValueError, "m must be >= 0, got -1"),
+        (lambda: unswizzle_sf(ONE_TILE, 1.0, 16), TypeError, "m must be an int, got 1.0 of type float"),
+        (lambda: block_shape(1, True), TypeError, "groups must be an int"),
+        (lambda: swizzled_sf_shape(1, True), TypeError, "k must be an int"),
+        (lambda: swizzled_sf_shape(1, 24), ValueError, "k must be a multiple of 16 for fmt='nvfp4', got 24"),
+        (lambda: swizzled_sf_shape(1, 48, "mxfp4"), ValueError, "k must be a multiple of 32 for fmt='mxfp4', got 48"),
+        (lambda: unswizzle_sf(ONE_TILE, 1, 16, "fp8"), ValueError, "fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"),
         (lambda: swizzled_sf_offset(0, 4, 4), ValueError, "j must satisfy 0 <= j < groups=4, got 4"),
         (lambda: swizzled_sf_offset(-3, 0, 4), ValueError, "m must be >= 0, got -3"),
         (
@@ -163,17 +178,14 @@ def test_validation_messages(call, exc, message):
 
 
 def test_numpy_path_does_not_import_cupy():
-    # Load layouts.py on its own (not through fp4q/__init__) with cupy made unimportable.
-    path = pathlib.Path(__file__).resolve().parents[1] / "fp4q" / "numerics" / "layouts.py"
-    script = f"""
-import importlib.util, sys
+    # Import fp4q with cupy made unimportable: the layouts and the reference work on numpy alone.
+    script = """
+import sys
 sys.modules["cupy"] = None
-spec = importlib.util.spec_from_file_location("layouts_alone", {str(path)!r})
-layouts = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(layouts)
+from fp4q import layouts
 import numpy as np
 lin = np.arange(1, 11, dtype=np.uint8).reshape(2, 5)
-assert (layouts.unswizzle_sf(layouts.swizzle_sf(lin), 2, 5) == lin).all()
+assert (layouts.unswizzle_sf(layouts.swizzle_sf(lin), 2, 80) == lin).all()
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
@@ -190,9 +202,9 @@ def test_round_trip_property(leading, g, seed):
     linear = np.random.default_rng(seed).integers(0, 256, size=(*leading, g), dtype=np.uint8)
     m = int(np.prod(leading))
     swizzled = swizzle_sf(linear)
-    assert swizzled.shape == swizzled_sf_shape(m, g)
+    assert swizzled.shape == block_shape(m, g)
     assert int(swizzled.astype(np.int64).sum()) == int(linear.astype(np.int64).sum())
-    np.testing.assert_array_equal(unswizzle_sf(swizzled, m, g), linear.reshape(m, g))
+    np.testing.assert_array_equal(unswizzle_groups(swizzled, m, g), linear.reshape(m, g))
 
 
 @pytest.mark.gpu
@@ -203,7 +215,7 @@ def test_cupy_matches_numpy(m, g):
     swizzled = swizzle_sf(cp.asarray(linear))
     assert isinstance(swizzled, cp.ndarray)
     np.testing.assert_array_equal(cp.asnumpy(swizzled), swizzle_sf(linear))
-    back = unswizzle_sf(swizzled, m, g)
+    back = unswizzle_groups(swizzled, m, g)
     assert isinstance(back, cp.ndarray) and back.flags.c_contiguous
     np.testing.assert_array_equal(cp.asnumpy(back), linear)
 

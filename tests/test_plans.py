@@ -145,7 +145,7 @@ def plan_of(x, *rest):
 
 
 def swizzled(cupy, m, k, offset=0):
-    return cupy.array(swizzled_sf_shape(m, k // 16), np.uint8, offset)
+    return cupy.array(swizzled_sf_shape(m, k), np.uint8, offset)
 
 
 # ------------------------------------------------------------------------------------------------------- tests
@@ -168,7 +168,7 @@ def test_allocated_outputs_take_the_planned_path(gpu):
     x = cp.array((129, 2176))
     for i in range(3):
         q, sf, launch = call(gpu, x, 2.0)
-        assert q.shape == (129, 1088) and sf.shape == swizzled_sf_shape(129, 136)
+        assert q.shape == (129, 1088) and sf.shape == swizzled_sf_shape(129, 2176)
         assert q.dtype == np.uint8 and sf.dtype == np.uint8
         check_launch(launch, QuantizeConfig, x, q, sf, 2.0, 0, True)
     assert len(cp.allocations) == 6 and len(plans.plans) == 1 and gpu.checked == 1
@@ -656,7 +656,7 @@ def test_mxfp4_calls_launch_the_mxfp4_kernel_with_its_scale_geometry(gpu, mode, 
         cfg = launch["config"]
         assert (type(cfg), cfg.sf_vec_size, cfg.mx_mode, cfg.sf_layout) == (QuantizeConfig, 32, mode, sf_layout)
         assert q.shape == (m, k // 2)
-        assert sf.shape == (swizzled_sf_shape(m, k // 32) if sf_layout == "swizzled" else (m, k // 32))
+        assert sf.shape == (swizzled_sf_shape(m, k, "mxfp4") if sf_layout == "swizzled" else (m, k // 32))
         if sf_layout == "swizzled":
             sf_map = launch["args"]["sf_map"]
             assert sf_map.dims == (16, 32, 17, 2) and sf_map.box == (16, 32, 1, 1)

@@ -246,7 +246,7 @@ def test_scale_rounding_down_saturates_elements():
     np.testing.assert_array_equal(sf, as_bytes([[0x38]]))
     # codes 7, F, 6, 2, 2, 8, then zeros; low nibble first
     np.testing.assert_array_equal(q, as_bytes([[0xF7, 0x26, 0x82, 0, 0, 0, 0, 0]]))
-    y = dequantize_nvfp4(q, sf, 1.0, sf_layout="linear")
+    y = dequantize_nvfp4(q, sf, 1.0, sf_layout="linear", dtype="float32")
     assert y[0, 0] == 6.0 and y[0, 1] == -6.0
 
 
@@ -366,7 +366,7 @@ def test_linear_and_swizzled_agree():
     q_lin, sf_lin = quantize_nvfp4(x, 100.0, sf_layout="linear")
     q_sw, sf_sw = quantize_nvfp4(x, 100.0)
     np.testing.assert_array_equal(q_lin, q_sw)
-    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 300, 7), sf_lin)
+    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 300, 7 * 16), sf_lin)
 
 
 def test_leading_dims_flatten_to_rows():
@@ -378,7 +378,7 @@ def test_leading_dims_flatten_to_rows():
     np.testing.assert_array_equal(sf.reshape(420, 4), sf2)
     _, sf_sw = quantize_nvfp4(x, 50.0)
     assert sf_sw.shape == (4, 1, 32, 4, 4)
-    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 420, 4), sf2)
+    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 420, 64), sf2)
 
 
 def test_rank_one_input_is_one_row():
@@ -404,7 +404,7 @@ def test_empty_inputs(shape, q_shape, lin_shape, sw_shape):
     assert sf.shape == lin_shape and sf.dtype == np.uint8
     _, sf_sw = quantize_nvfp4(x, 1.0)
     assert sf_sw.shape == sw_shape
-    y = dequantize_nvfp4(q, sf, 1.0, sf_layout="linear")
+    y = dequantize_nvfp4(q, sf, 1.0, sf_layout="linear", dtype="float32")
     assert y.shape == shape
 
 
@@ -480,7 +480,7 @@ def test_negative_tensor_sf_follows_the_formulas():
     np.testing.assert_array_equal(sf, as_bytes([[0xB8, 0x80]]))
     np.testing.assert_array_equal(q[0, :2], as_bytes([0xD7, 0x02]))
     assert not q[0, 2:].any()
-    y = dequantize_nvfp4(q, sf, -1.0, sf_layout="linear")
+    y = dequantize_nvfp4(q, sf, -1.0, sf_layout="linear", dtype="float32")
     np.testing.assert_array_equal(y[0, :3], f32(6, -3, 1))
 
 
@@ -529,7 +529,7 @@ def test_dequantize_float32_and_bfloat16():
     # bf16: 0x3EAAAAAB -> 0x3EAB (low half 0xAAAB > 0x8000 rounds up).
     q = as_bytes([[0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE]])
     sf = as_bytes([[0x38]])
-    y = dequantize_nvfp4(q, sf, 3.0, sf_layout="linear")
+    y = dequantize_nvfp4(q, sf, 3.0, sf_layout="linear", dtype="float32")
     assert y.dtype == np.float32 and y.shape == (1, 16)
     expected = np.array(THIRDS_F32 + [b | 0x80000000 for b in THIRDS_F32], np.uint32)
     np.testing.assert_array_equal(float_bits(y)[0], expected)
@@ -543,8 +543,8 @@ def test_dequantize_swizzled_matches_linear():
     x = random_bf16((2, 130, 96), seed=7)
     q, sf_lin = quantize_nvfp4(x, 20.0, sf_layout="linear")
     _, sf_sw = quantize_nvfp4(x, 20.0)
-    y_lin = dequantize_nvfp4(q, sf_lin, 20.0, sf_layout="linear")
-    y_sw = dequantize_nvfp4(q, sf_sw, 20.0)
+    y_lin = dequantize_nvfp4(q, sf_lin, 20.0, sf_layout="linear", dtype="float32")
+    y_sw = dequantize_nvfp4(q, sf_sw, 20.0, dtype="float32")
     assert y_sw.shape == (2, 130, 96)
     np.testing.assert_array_equal(float_bits(y_lin), float_bits(y_sw))
 
@@ -576,7 +576,7 @@ def test_dequantize_validation():
     )
     with pytest.raises(ValueError, match=r"swizzled must have shape \(1, 1, 32, 4, 4\) for m=2, groups=1"):
         dequantize_nvfp4(q, np.zeros((2, 1, 32, 4, 4), np.uint8), 1.0)
-    with pytest.raises(ValueError, match="dtype must be 'float32' or 'bfloat16', got 'float16'"):
+    with pytest.raises(ValueError, match="dtype must be 'bfloat16' or 'float32', got 'float16'"):
         dequantize_nvfp4(q, np.zeros((1, 1, 32, 4, 4), np.uint8), 1.0, dtype="float16")
     with pytest.raises(TypeError, match="q must have dtype uint8, got int8"):
         dequantize_nvfp4(q.astype(np.int8), np.zeros((1, 1, 32, 4, 4), np.uint8), 1.0)
@@ -684,7 +684,7 @@ def test_dequantize_mxfp4_hand_values():
     q = np.zeros((4, 16), np.uint8)
     q[:, 0] = 0x17
     sf = as_bytes([[0x80], [0x00], [0xFE], [0xFF]])
-    y = dequantize_mxfp4(q, sf, sf_layout="linear")
+    y = dequantize_mxfp4(q, sf, sf_layout="linear", dtype="float32")
     np.testing.assert_array_equal(y[0, :2], f32(12, 1))
     np.testing.assert_array_equal(y[1, :2], f32(1.5 * 2.0**-125, 2.0**-128))  # the latter a float32 subnormal
     np.testing.assert_array_equal(y[2, :2], f32(np.inf, 2.0**126))  # 6 * 2**127 overflows
@@ -699,9 +699,9 @@ def test_mxfp4_swizzled_matches_linear_and_round_trips(mode):
     q_sw, sf_sw = quantize_mxfp4(x, mode=mode)
     assert q.shape == (3, 50, 80) and sf_lin.shape == (3, 50, 5) and sf_sw.shape == (2, 2, 32, 4, 4)
     np.testing.assert_array_equal(q, q_sw)
-    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 150, 5), sf_lin.reshape(150, 5))
-    y = dequantize_mxfp4(q_sw, sf_sw)
-    np.testing.assert_array_equal(float_bits(y), float_bits(dequantize_mxfp4(q, sf_lin, sf_layout="linear")))
+    np.testing.assert_array_equal(unswizzle_sf(sf_sw, 150, 160, "mxfp4"), sf_lin.reshape(150, 5))
+    y = dequantize_mxfp4(q_sw, sf_sw, dtype="float32")
+    np.testing.assert_array_equal(float_bits(y), float_bits(dequantize_mxfp4(q, sf_lin, sf_layout="linear", dtype="float32")))
     # a power-of-two scale makes dequantization exact: y / 2**e is the e2m1 value
     e = sf_lin.astype(np.int64) - 127
     grid = np.ldexp(1.0, -np.repeat(e, 32, axis=-1)) * y
@@ -748,7 +748,7 @@ def test_dequantize_error_bound(seed, exponent, tsf_shift):
     x = x.astype(np.float32).astype(ml_dtypes.bfloat16)
     tsf = np.float32(global_scale(x) * np.float32(2.0**tsf_shift))
     q, sf = quantize_nvfp4(x, tsf, sf_layout="linear")
-    y = dequantize_nvfp4(q, sf, tsf, sf_layout="linear").astype(np.float64).reshape(8, 4, 16)
+    y = dequantize_nvfp4(q, sf, tsf, sf_layout="linear", dtype="float32").astype(np.float64).reshape(8, 4, 16)
     xf = x.astype(np.float64).reshape(8, 4, 16)
     d = (e4m3_decode(sf) * (np.float32(1) / tsf)).astype(np.float64)[..., None]
 

@@ -86,7 +86,7 @@ def test_eight_threads_quantize_bit_exact():
             for j, (bits, _, _, _) in enumerate(inputs):
                 m, k = bits.shape
                 for layout in ("swizzled", "linear"):
-                    sf_shape = fp4q.swizzled_sf_shape(m, k // 16) if layout == "swizzled" else (m, k // 16)
+                    sf_shape = fp4q.swizzled_sf_shape(m, k) if layout == "swizzled" else (m, k // 16)
                     buffers[s, j, layout] = (cp.full((m, k // 2), 0xEE, cp.uint8), cp.full(sf_shape, 0xEE, cp.uint8))
         cp.cuda.Device().synchronize()
         return rng, streams, inputs, buffers
@@ -199,7 +199,7 @@ def test_first_cuda_work_of_a_thread_is_a_quantize_call():
     bits = random_bf16((256, 1024), rng)
     x = cp.asarray(bits)
     stream = cp.cuda.Stream(non_blocking=True)
-    jobs = [(cp.full((256, 512), 0xEE, cp.uint8), cp.full(fp4q.swizzled_sf_shape(256, 64), 0xEE, cp.uint8))
+    jobs = [(cp.full((256, 512), 0xEE, cp.uint8), cp.full(fp4q.swizzled_sf_shape(256, 1024), 0xEE, cp.uint8))
             for _ in range(THREADS)]  # new pointers for every thread: every call encodes new tensor maps
     cp.cuda.Device().synchronize()
     preconditions = []

@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from .formats import GROUP_SIZE
+
 __all__ = ["swizzled_sf_shape", "swizzled_sf_offset", "swizzle_sf", "unswizzle_sf"]
 
 ROWS_PER_TILE = 128
@@ -75,17 +77,28 @@ def _require_uint8(a, name):
         raise TypeError(f"{name} must have dtype uint8 (e4m3/e8m0 scale bytes), got {a.dtype}")
 
 
-def swizzled_sf_shape(m: int, groups: int) -> tuple:
-    """Shape ``(ceil(m/128), ceil(groups/4), 32, 4, 4)`` of the swizzled scales."""
+def block_shape(m: int, groups: int) -> tuple:
+    """Shape ``(ceil(m/128), ceil(groups/4), 32, 4, 4)`` of the swizzled scales of ``groups``
+    scales per row."""
     m = _count(m, "m")
     groups = _count(groups, "groups")
-    return (
-        -(-m // ROWS_PER_TILE),
-        -(-groups // GROUPS_PER_TILE),
-        32,
-        4,
-        GROUPS_PER_TILE,
-    )
+    return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+
+
+def _groups(k, fmt: str) -> int:
+    k = _count(k, "k")
+    group = GROUP_SIZE.get(fmt) if isinstance(fmt, str) else None
+    if group is None:
+        raise ValueError(f"fmt must be {' or '.join(map(repr, GROUP_SIZE))}, got {fmt!r}")
+    if k % group:
+        raise ValueError(f"k must be a multiple of {group} for fmt={fmt!r}, got {k}")
+    return k // group
+
+
+def swizzled_sf_shape(m: int, k: int, fmt: str = "nvfp4") -> tuple:
+    """Shape of the swizzled scales of an ``m x k`` input quantized to ``fmt`` (``"nvfp4"``:
+    ``(ceil(m/128), ceil(k/64), 32, 4, 4)``; ``"mxfp4"``: ``(ceil(m/128), ceil(k/128), 32, 4, 4)``)."""
+    return block_shape(m, _groups(k, fmt))
 
 
 def swizzled_sf_offset(m, j, groups):
@@ -116,7 +129,7 @@ def swizzle_sf(linear):
     """Linear uint8 scales of shape ``(..., G)`` to the swizzled layout.
 
     The leading dimensions flatten to ``M`` rows. The result is a new
-    contiguous uint8 array of shape ``swizzled_sf_shape(M, G)`` on the input's
+    contiguous uint8 array of shape ``block_shape(M, G)`` on the input's
     device, padding bytes 0x00.
     """
     xp = _array_module(linear, "linear")
@@ -125,7 +138,7 @@ def swizzle_sf(linear):
         raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
     groups = linear.shape[-1]
     m = math.prod(linear.shape[:-1])
-    row_tiles, group_tiles = swizzled_sf_shape(m, groups)[:2]
+    row_tiles, group_tiles = block_shape(m, groups)[:2]
     padded = xp.zeros((row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE), dtype=xp.uint8)
     padded[:m, :groups] = linear.reshape(m, groups)
     # Padded row m = 128*a + 32*r + c and group j = 4*b + e land at [a, b, c, r, e].
@@ -133,21 +146,22 @@ def swizzle_sf(linear):
     return xp.ascontiguousarray(tiled.transpose(0, 3, 2, 1, 4))
 
 
-def unswizzle_sf(swizzled, m: int, groups: int):
-    """Swizzled scales back to a contiguous ``(m, groups)`` uint8 array on the same device."""
+def unswizzle_groups(swizzled, m: int, groups: int):
+    """Swizzled scales of ``groups`` scales per row back to a contiguous ``(m, groups)``
+    uint8 array on the same device."""
     xp = _array_module(swizzled, "swizzled")
     _require_uint8(swizzled, "swizzled")
-    m = _count(m, "m")
-    groups = _count(groups, "groups")
-    expected = swizzled_sf_shape(m, groups)
+    expected = block_shape(m, groups)
     if tuple(swizzled.shape) != expected:
-        raise ValueError(
-            f"swizzled must have shape {expected} for m={m}, groups={groups}, "
-            f"got {tuple(swizzled.shape)}"
-        )
+        raise ValueError(f"swizzled must have shape {expected} for m={m}, groups={groups}, "
+                         f"got {tuple(swizzled.shape)}")
     row_tiles, group_tiles = expected[:2]
     # Swapping axes 1 and 3 is its own inverse, so this undoes swizzle_sf.
-    padded = swizzled.transpose(0, 3, 2, 1, 4).reshape(
-        row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE
-    )
+    padded = swizzled.transpose(0, 3, 2, 1, 4).reshape(row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE)
     return xp.ascontiguousarray(padded[:m, :groups])
+
+
+def unswizzle_sf(swizzled, m: int, k: int, fmt: str = "nvfp4"):
+    """The swizzled scales of an ``m x k`` input quantized to ``fmt`` as a contiguous
+    ``(m, k // 16)`` (NVFP4) or ``(m, k // 32)`` (MXFP4) uint8 array on the same device."""
+    return unswizzle_groups(swizzled, m, _groups(k, fmt))
