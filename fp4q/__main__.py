@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .jit.precompile import OPS, precompile
+from .jit.precompile import precompile
 from .kernels.archs import ARCHS
+from .kernels.variants import OPS
 
 
 def _parser() -> argparse.ArgumentParser:

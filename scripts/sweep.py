@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -35,6 +36,7 @@ from fp4q.cuda.driver import gpu_status  # noqa: E402
 from fp4q.jit.cache import BinaryCache  # noqa: E402
 from fp4q.jit.render import render  # noqa: E402
 from fp4q.jit.compiler import compile_source  # noqa: E402
+from fp4q.kernels.call import CallFields  # noqa: E402
 from fp4q.kernels.rules import ConfigError  # noqa: E402
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig  # noqa: E402
 from fp4q.kernels.spec import Swizzle  # noqa: E402
@@ -315,8 +317,9 @@ def merged_table(old: dict, best: dict[str, dict], configs, meta: dict, crossove
     sweep measured one."""
     entries = dict(old.get("entries", {}))
     for cls, b in best.items():
+        call_fields = {f.name for f in dataclasses.fields(CallFields)}
         fields = {f: (int(v) if isinstance(v, Swizzle) else v) for f, v in configs[b["config"]].__dict__.items()
-                  if f not in ("arch", "sf_layout", "tensor_sf_mode", "input_dtype")}
+                  if f not in call_fields}
         entries[cls] = dict(measured_on=b["measured_on"], pct_of_copy=b["pct_of_copy"], date=meta["date"],
                             config=fields)
     for cls, entry in entries.items():

@@ -266,7 +266,7 @@ def test_mxfp4_edge_families(mode):
     x = edge_groups(256)
     for layout in ("swizzled", "linear"):
         _check_mx(x, mode, layout)
-        _check_mx(x, mode, layout, config=SimtConfig(sf_vec_size=32, mx_mode=mode))
+        _check_mx(x, mode, layout, config=SimtConfig(fmt="mxfp4", mx_mode=mode))
 
 
 @gpu

@@ -571,7 +571,7 @@ def test_explicit_config_on_a_call_its_kernel_cannot_serve(config, obstacle, rul
 
 
 def test_mxfp4_config_passed_to_quantize_nvfp4(path, cp):
-    config = QuantizeConfig(sf_vec_size=32)
+    config = QuantizeConfig(fmt="mxfp4")
     call, watch = _quantize_with_buffers(cp, path, _x(cp, (M, 128)), out=cp.full((M, 64), FILL, dtype=cp.uint8),
                                          sf_out=cp.full(fp4q.swizzled_sf_shape(M, 256, "mxfp4"), FILL, dtype=cp.uint8), config=config)
     expect_rejected(ValueError, r"\bconfig\b", _words("32"), _words("16"), call, watch)

@@ -9,9 +9,11 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
 from fp4q.kernels.archs import ALL_TARGETS, target
-from fp4q.kernels.quantize import numerics_probe_spec
+from probe import numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
+
+FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
@@ -156,7 +158,7 @@ def test_render_tma_flags(name):
     assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if cfg.arch == "sm_100f" else "0")
 
 
-@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(sf_vec_size=32)])
+@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(fmt="mxfp4")])
 def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     # if constexpr type-checks both branches in every compile; only the guards whose
     # branch cannot compile in some config stay macros
@@ -217,14 +219,14 @@ def test_render_simt(threads, layout, mode):
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
 @pytest.mark.parametrize("layout", ["swizzled", "linear"])
 def test_render_vector(sf_vec_size, layout):
-    src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True).spec)
+    src = render(SimtConfig(threads=128, fmt=FMT[sf_vec_size], sf_layout=layout, vector=True).spec)
     assert src.kernel_name == "fp4q_quantize_fp4_vector"
     assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "VEC_ELEMS": 16}
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
     assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
     for elements in (8, 32):
-        other = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, vector=True, vector_elements=elements).spec)
+        other = render(SimtConfig(threads=128, fmt=FMT[sf_vec_size], vector=True, vector_elements=elements).spec)
         assert constants(other.source)["VEC_ELEMS"] == elements
 
 
@@ -239,12 +241,12 @@ def test_vector_elements_rules():
 
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
 def test_a_unit_of_the_walk_is_vector_elements_or_one_group(sf_vec_size):
-    assert SimtConfig(sf_vec_size=sf_vec_size).elements_per_unit == sf_vec_size
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True).elements_per_unit == 16
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=32).elements_per_unit == 32
+    assert SimtConfig(fmt=FMT[sf_vec_size]).elements_per_unit == sf_vec_size
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True).elements_per_unit == 16
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=32).elements_per_unit == 32
     # 4096 columns: 256 or 128 groups; swizzled, their domain is already whole 4-group words.
-    assert SimtConfig(sf_vec_size=sf_vec_size).units_per_row(4096, True) == 4096 // sf_vec_size
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=8).units_per_row(4096, True) == 512
+    assert SimtConfig(fmt=FMT[sf_vec_size]).units_per_row(4096, True) == 4096 // sf_vec_size
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=8).units_per_row(4096, True) == 512
 
 
 # --- determinism and sensitivity --------------------------------------------------------------------------------

@@ -76,28 +76,28 @@ def test_threads_per_sm_of_sm_110f():
 
 @pytest.mark.parametrize("value", [8, 64, 0, -16, 16.0])
 def test_sf_vec_size_must_be_16_or_32(value):
-    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
+    with raises_config("sf_vec_size must be 16 or 32, got", repr(value)):
         QuantizeConfig(sf_vec_size=value)
-    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
+    with raises_config("sf_vec_size must be 16 or 32, got", repr(value)):
         SimtConfig(sf_vec_size=value)
 
 
 def test_mxfp4_tile_k_must_cover_a_scale_block():
-    with raises_config("tile_k must be a multiple of 128 for sf_vec_size=32", "got 64"):
-        QuantizeConfig(sf_vec_size=32, tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1)
-    cfg = QuantizeConfig(sf_vec_size=32)
+    with raises_config("tile_k must be a multiple of 128 for fmt='mxfp4'", "got 64"):
+        QuantizeConfig(fmt="mxfp4", tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1)
+    cfg = QuantizeConfig(fmt="mxfp4")
     assert cfg.scales_box == (1, 1, 32, 16)
 
 
 @pytest.mark.parametrize("value", ["RCEIL", "ceil", "", None])
 def test_mx_mode(value):
-    with raises_config("mx_mode must be one of 'rceil', 'floor', got", repr(value)):
-        QuantizeConfig(sf_vec_size=32, mx_mode=value)
+    with raises_config("mx_mode must be 'rceil' or 'floor', got", repr(value)):
+        QuantizeConfig(fmt="mxfp4", mx_mode=value)
 
 
 @pytest.mark.parametrize("value", [64, 192, 512, 0, True])
 def test_tile_m_must_be_128_or_256(value):
-    with raises_config("tile_m must be one of 128, 256, got", repr(value)):
+    with raises_config("tile_m must be 128 or 256, got", repr(value)):
         QuantizeConfig(tile_m=value)
 
 
@@ -370,7 +370,7 @@ def test_configs_are_hashable_and_compare_by_value():
         (dict(tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 4, 32, 16)),
         (dict(input_box_k=16, input_swizzle=S.B32, output_box_k=16, output_swizzle=S.NONE), (1, 2, 32, 16)),
         (dict(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1), (1, 1, 32, 16)),
-        (dict(sf_vec_size=32, tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 2, 32, 16)),
+        (dict(fmt="mxfp4", tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 2, 32, 16)),
     ],
 )
 def test_scales_box(changes, scales):

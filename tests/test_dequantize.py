@@ -51,9 +51,9 @@ def test_defaults():
 @pytest.mark.parametrize("cls", [DequantizeConfig, DequantizeSimtConfig])
 @pytest.mark.parametrize("field, value, message", [
     ("arch", "sm_89", "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"),
-    ("fmt", "fp8", "fmt must be one of 'nvfp4', 'mxfp4', got 'fp8'"),
-    ("out_dtype", "float16", "out_dtype must be one of 'bfloat16', 'float32', got 'float16'"),
-    ("sf_layout", "tiled", "sf_layout must be one of 'swizzled', 'linear', got 'tiled'"),
+    ("fmt", "fp8", "fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"),
+    ("out_dtype", "float16", "out_dtype must be 'bfloat16' or 'float32', got 'float16'"),
+    ("sf_layout", "tiled", "sf_layout must be 'swizzled' or 'linear', got 'tiled'"),
     ("tensor_sf_mode", "none", "tensor_sf_mode must be one of 'value', 'pointer' for fmt='nvfp4', got 'none'"),
 ])
 def test_call_field_rules(cls, field, value, message):

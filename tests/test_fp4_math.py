@@ -23,7 +23,7 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "devi
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
     from fp4q.jit.loader import get_kernel
-    from fp4q.kernels.quantize import numerics_probe_spec
+    from probe import numerics_probe_spec
     from fp4q.ops.plans import KernelLaunch
 
     dev = driver.device(cp.cuda.Device().id)

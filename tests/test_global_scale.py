@@ -48,16 +48,16 @@ def test_shared_rules(cls):
 
 
 def test_amax_rules():
-    with raises_config("input_dtype must be one of 'bfloat16', 'float16', got 'float32'"):
+    with raises_config("input_dtype must be 'bfloat16' or 'float16', got 'float32'"):
         AmaxConfig(input_dtype="float32")
     with raises_config("vector_loads must be a bool, got 1"):
         AmaxConfig(vector_loads=1)
 
 
 def test_fused_dynamic_rules_and_render():
-    with raises_config("sf_layout must be one of 'swizzled', 'linear', got 'tiled'"):
+    with raises_config("sf_layout must be 'swizzled' or 'linear', got 'tiled'"):
         FusedDynamicConfig(sf_layout="tiled")
-    with raises_config("input_dtype must be one of 'bfloat16', 'float16', got 'float32'"):
+    with raises_config("input_dtype must be 'bfloat16' or 'float16', got 'float32'"):
         FusedDynamicConfig(input_dtype="float32")
     cfg = FusedDynamicConfig(sf_layout="linear", input_dtype="float16", arch="sm_100f")
     # The quantize half is the vector kernel's: the same flags and the same work items.

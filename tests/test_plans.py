@@ -673,7 +673,7 @@ def test_format_rules_are_checked(gpu):
     with pytest.raises(ValueError, match="mode must be 'rceil' or 'floor', got 'ceil'"):
         api.quantize_mxfp4(cp.array((4, 64)), mode="ceil")
     with pytest.raises(ValueError, match="config.sf_vec_size is 32, but quantize_nvfp4 quantizes groups of 16"):
-        api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(sf_vec_size=32))
+        api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(fmt="mxfp4"))
     with pytest.raises(ValueError, match="config.sf_vec_size is 16, but quantize_mxfp4 quantizes groups of 32"):
         api.quantize_mxfp4(cp.array((4, 128)), config=SimtConfig())
 

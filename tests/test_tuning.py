@@ -18,6 +18,8 @@ from fp4q.kernels.variants import GLOBAL_SCALE
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import sweep  # noqa: E402
 
+FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
+
 
 @pytest.fixture
 def table_file(tmp_path, monkeypatch):
@@ -54,7 +56,7 @@ def test_shipped_table_records_where_it_was_measured():
 def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
     assert m * k < tuning.vector_max_elements("sm_90a", sf_vec_size)
     cfg = tuning.choose_config(m, k, "sm_90a", sf_vec_size)
-    assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size,
+    assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, fmt=FMT[sf_vec_size],
                              vector_elements=tuning.vector_elements(m, k, sf_vec_size))
 
 
@@ -82,7 +84,7 @@ def test_mxfp4_crosses_over_at_its_own_size(m, k, vector):
     # The table holds each format's crossover: MXFP4's vector kernel (a group per thread) serves larger inputs.
     assert tuning.vector_max_elements("sm_90a", 32) == 1 << 28
     cfg = tuning.choose_config(m, k, "sm_90a", 32)
-    assert cfg == (SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=32, vector_elements=32)
+    assert cfg == (SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, fmt="mxfp4", vector_elements=32)
                    if vector else default_mx_config())
     nvfp4 = tuning.choose_config(m, k, "sm_90a")
     assert isinstance(nvfp4, SimtConfig) == (m * k < tuning.vector_max_elements("sm_90a"))

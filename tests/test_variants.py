@@ -15,6 +15,8 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, de
 from fp4q.kernels.spec import Swizzle
 from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted
 
+FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
+
 S = Swizzle
 TMA_ARCHS = sorted(a for a in ARCHS if ARCHS[a].features.tma)
 
@@ -210,8 +212,8 @@ def test_chosen_configs_are_shipped(arch, m, k):
     # pointers the pick cannot serve, in the call's input dtype, MXFP4 mode, layout and tensor_sf mode
     shipped = set(quantize_variants(arch).values())
     for sf_vec_size in (16, 32):
-        picks = [choose_config(m, k, arch, sf_vec_size), SimtConfig(sf_vec_size=sf_vec_size, arch=arch),
-                 SimtConfig(sf_vec_size=sf_vec_size, vector=True, arch=arch)]
+        picks = [choose_config(m, k, arch, sf_vec_size), SimtConfig(fmt=FMT[sf_vec_size], arch=arch),
+                 SimtConfig(fmt=FMT[sf_vec_size], vector=True, arch=arch)]
         if not ARCHS[arch].features.tma:
             assert isinstance(picks[0], SimtConfig) and picks[0].vector
         for cfg in picks:

@@ -60,9 +60,9 @@ VECTOR_X8_MAX_ELEMENTS = 1 << 16
 MX_VECTOR_X32_MIN_ELEMENTS = 1 << 22
 
 
-def vector_elements(m: int, k: int, sf_vec_size: int) -> int:
+def vector_elements(m: int, k: int, fmt: str) -> int:
     """The vector kernel's elements per thread for an ``m x k`` input of this format."""
-    if sf_vec_size == 32:
+    if fmt == "mxfp4":
         return 32 if m * k >= MX_VECTOR_X32_MIN_ELEMENTS else 16
     return 8 if m * k <= VECTOR_X8_MAX_ELEMENTS else 16
 
@@ -143,21 +143,21 @@ def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
     return table
 
 
-def vector_max_elements(arch: str, sf_vec_size: int = 16) -> int:
+def vector_max_elements(arch: str, fmt: str = "nvfp4") -> int:
     """Below this many elements the vector kernel is chosen: the table's measured crossover
     for the format (``vector_max_elements`` for NVFP4, ``mx_vector_max_elements`` for
     MXFP4), else VECTOR_MAX_ELEMENTS."""
-    value = _table_json(arch).get("vector_max_elements" if sf_vec_size == 16 else "mx_vector_max_elements")
+    value = _table_json(arch).get("vector_max_elements" if fmt == "nvfp4" else "mx_vector_max_elements")
     return value if isinstance(value, int) and value > 0 else VECTOR_MAX_ELEMENTS
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeConfig | SimtConfig:
+def choose_config(m: int, k: int, arch: str, fmt: str = "nvfp4") -> QuantizeConfig | SimtConfig:
     """The config for an ``m x k`` input: the vector kernel for small inputs, else the
     tuned (NVFP4) or default TMA config; the vector kernel for every input where ``arch`` has no TMA."""
-    if m * k < vector_max_elements(arch, sf_vec_size) or not target(arch).features.tma:
-        return SimtConfig(threads=VECTOR_THREADS, vector=True, vector_elements=vector_elements(m, k, sf_vec_size),
-                          sf_vec_size=sf_vec_size, arch=arch)
-    if sf_vec_size == 32:
+    if m * k < vector_max_elements(arch, fmt) or not target(arch).features.tma:
+        return SimtConfig(threads=VECTOR_THREADS, vector=True, vector_elements=vector_elements(m, k, fmt), fmt=fmt,
+                          arch=arch)
+    if fmt == "mxfp4":
         return default_mx_config(arch)
     return tuned_table(arch).get(shape_class(m, k)) or default_config(arch)

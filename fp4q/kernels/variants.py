@@ -11,11 +11,14 @@ dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
 
 from __future__ import annotations
 
+from ..numerics.formats import FORMATS
+from ..numerics.groups import SF_LAYOUTS
+from ..numerics.reference import MX_MODES, OUT_DTYPES
 from .archs import fits, target
-from .quantize import (INPUT_DTYPES, MX_MODES, QuantizeConfig, SF_LAYOUTS, SimtConfig, default_config,
-                       default_mx_config)
+from .call import INPUT_DTYPES, TENSOR_SF_MODES
+from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .spec import Swizzle
-from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
+from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
@@ -53,24 +56,24 @@ SHIPPED: dict[str, QuantizeConfig] = {
 
 # MXFP4 (groups of 32, e8m0 scales): tile_k covers whole 128x4 scale blocks.
 SHIPPED_MX: dict[str, QuantizeConfig] = {
-    "mx_m128_k128_s2_wg1_2cta": QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1,
+    "mx_m128_k128_s2_wg1_2cta": QuantizeConfig(fmt="mxfp4", num_stages=2, consumer_warpgroups=1,
                                                min_ctas_per_sm=2),
-    "mx_m128_k128_s4_wg2": QuantizeConfig(sf_vec_size=32),
-    "mx_m128_k128_s4_wg2_floor": QuantizeConfig(sf_vec_size=32, mx_mode="floor"),
+    "mx_m128_k128_s4_wg2": QuantizeConfig(fmt="mxfp4"),
+    "mx_m128_k128_s4_wg2_floor": QuantizeConfig(fmt="mxfp4", mx_mode="floor"),
 }
 
 SIMT: dict[str, SimtConfig] = {
     "simt_256": SimtConfig(),
-    "mx_simt_256": SimtConfig(sf_vec_size=32),
-    "mx_simt_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor"),
+    "mx_simt_256": SimtConfig(fmt="mxfp4"),
+    "mx_simt_256_floor": SimtConfig(fmt="mxfp4", mx_mode="floor"),
     "vec_128": SimtConfig(threads=128, vector=True),
     "vec_256": SimtConfig(vector=True),
     "vec_128_x8": SimtConfig(threads=128, vector=True, vector_elements=8),
     "vec_128_x32": SimtConfig(threads=128, vector=True, vector_elements=32),
-    "mx_vec_128": SimtConfig(threads=128, sf_vec_size=32, vector=True),
-    "mx_vec_256": SimtConfig(sf_vec_size=32, vector=True),
-    "mx_vec_128_x32": SimtConfig(threads=128, sf_vec_size=32, vector=True, vector_elements=32),
-    "mx_vec_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor", vector=True),
+    "mx_vec_128": SimtConfig(threads=128, fmt="mxfp4", vector=True),
+    "mx_vec_256": SimtConfig(fmt="mxfp4", vector=True),
+    "mx_vec_128_x32": SimtConfig(threads=128, fmt="mxfp4", vector=True, vector_elements=32),
+    "mx_vec_256_floor": SimtConfig(fmt="mxfp4", mx_mode="floor", vector=True),
 }
 
 
@@ -141,7 +144,7 @@ def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSim
         for fmt in FORMATS:
             for dtype in OUT_DTYPES:
                 for layout in SF_LAYOUTS:
-                    for mode in tensor_sf_modes(fmt):
+                    for mode in TENSOR_SF_MODES[fmt]:
                         out[f"{name}/{fmt}/{dtype}/{layout}/{mode}"] = cfg.replace(
                             arch=arch, fmt=fmt, out_dtype=dtype, sf_layout=layout, tensor_sf_mode=mode)
     return out
@@ -165,7 +168,7 @@ def _call_variants(name: str, cfg) -> dict:
     """``cfg`` in every input dtype and, for MXFP4, both rounding modes: what calls choose it with."""
     out = {}
     for dtype in INPUT_DTYPES:
-        for mode in MX_MODES if cfg.sf_vec_size == 32 else (cfg.mx_mode,):
+        for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
             suffix = ("" if dtype == cfg.input_dtype else "_fp16") + ("" if mode == cfg.mx_mode else f"_{mode}")
             out[name + suffix] = cfg.replace(input_dtype=dtype, mx_mode=mode)
     return out
@@ -190,11 +193,22 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
             bases[name] = cfg
     out = {}
     for name, cfg in bases.items():
-        # MXFP4 has no tensor scale: only the by-value variant exists.
-        modes = ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",)
-        for layout in ("swizzled", "linear"):
-            for mode in modes:
+        for layout in SF_LAYOUTS:
+            for mode in TENSOR_SF_MODES[cfg.fmt]:
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
     return out
+
+
+# The public operations, each by the one name its function has.
+OPS = ("quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+
+
+def op_of(cfg) -> str:
+    """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
+    dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``."""
+    if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
+        return "global_scale"
+    family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
+    return f"{family}_{cfg.fmt}"

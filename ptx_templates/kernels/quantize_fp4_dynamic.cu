@@ -16,13 +16,13 @@
 // MIN_CTAS_PER_SM fills an SM's threads: the first unit, held across the
 // barrier, must not cost the one-wave grid threads through registers.
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS_PER_SM)
-fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q, u8* __restrict__ sf,
-                          float* __restrict__ scale, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
-                          u32* __restrict__ sync) {
+fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ out,
+                          u8* __restrict__ sf_out, float* __restrict__ tensor_sf_out, i32 rows, i32 cols,
+                          u32 unit_magic, u32 unit_shift, u32* __restrict__ tickets) {
     const int groups = cols / SF_VEC;
     bool live;
     u32 w[4 * VEC_LOADS];
-    // The previous kernel may write x, still read q, sf or scale, and use the counter.
+    // The previous kernel may write x, still read out, sf_out or tensor_sf_out, and use the counter.
     const RowWalk first = load_first_unit(x, x_row_stride, rows, groups, unit_magic, unit_shift,
                                           [] { pdl_wait(); }, live, w);
     float amax = amax_packed(w);
@@ -33,13 +33,13 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
         amax = max_f32(amax, amax_packed(more));
     }
     GridMax barrier;
-    const u32 amax_bits = barrier.max(sync, block_max_u32<SIMT_THREADS>(f32_bits(amax)));
+    const u32 amax_bits = barrier.max(tickets, block_max_u32<SIMT_THREADS>(f32_bits(amax)));
     // Only now: a dependent grid started earlier could take the SM slots a CTA still waits for.
     pdl_launch_dependents();
     const float tensor_sf = global_scale_of_amax(amax_bits);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = tensor_sf;
-    write_padding_scales(sf, rows, groups);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *tensor_sf_out = tensor_sf;
+    write_padding_scales(sf_out, rows, groups);
     // Built in value mode (FP4Q_TENSOR_SF_BY_POINTER false): the scale and its reciprocal as every kernel takes them.
-    quantize_units(x, x_row_stride, q, sf, rows, cols, first, live, w, tensor_scale(tensor_sf, nullptr));
-    barrier.leave(sync);
+    quantize_units(x, x_row_stride, out, sf_out, rows, cols, first, live, w, tensor_scale(tensor_sf, nullptr));
+    barrier.leave(tickets);
 }

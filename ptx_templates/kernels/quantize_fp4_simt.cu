@@ -30,7 +30,7 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
             for (int i = 0; i < WORDS; ++i) w[i] = load_pair(src + 2 * i);
             float inv;
             sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tsf.value, tsf.rcp, inv);
-            u8* dst = q + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
+            u8* dst = out + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
             for (int word = 0; word < WORDS / 4; ++word) {
                 const u32 codes = quantize_e2m1x8(w[4 * word], w[4 * word + 1], w[4 * word + 2], w[4 * word + 3], inv);
@@ -38,6 +38,6 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
                 for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
             }
         }
-        sf[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
+        sf_out[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
     }
 }

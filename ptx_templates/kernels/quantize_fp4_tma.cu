@@ -62,10 +62,10 @@ FP4Q_DEVICE u32 valid_sf_mask(int row, int rows, int group, int groups) {
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
-                        const __grid_constant__ TensorMap q_map,
-                        const __grid_constant__ TensorMap sf_map,
-                        u8* __restrict__ sf_linear,
+fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap x_map,
+                        const __grid_constant__ TensorMap out_map,
+                        const __grid_constant__ TensorMap sf_out_map,
+                        u8* __restrict__ sf_out,
                         FP4Q_TMA_TAIL_PARAMS) {
     const TmaCta cta = tma_cta_setup<1024>(rows, cols);
     const int groups = cols / SF_VEC;
@@ -77,14 +77,14 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
         setmaxnreg_dec<PRODUCER_REGS>();
 #endif
         if (threadIdx.x == 0) {
-            prefetch_tensormap(&in_map);
+            prefetch_tensormap(&x_map);
             produce_tiles(cta.ring, cta.stage_tiles, cta.tiles, tickets, IN_STAGE_BYTES, [&](int stage, int tile) {
                 const int m0 = tile_m0(cta.tiles, tile);
                 const int k0 = tile_k0(cta.tiles, tile);
                 u8* dst = cta.smem + OFF_IN + stage * IN_STAGE_BYTES;
 #pragma unroll
                 for (int b = 0; b < IN_BOXES; ++b) {
-                    cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &in_map,
+                    cp_async_bulk_tensor_2d_global_to_shared(dst + b * IN_BOX_BYTES, &x_map,
                                                              k0 + b * IN_BOX_K, m0, &cta.ring.full[stage]);
                 }
             });
@@ -100,8 +100,8 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
     pdl_wait();
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     if (ctid == 0) {
-        prefetch_tensormap(&q_map);
-        if constexpr (FP4Q_SF_SWIZZLED) prefetch_tensormap(&sf_map);
+        prefetch_tensormap(&out_map);
+        if constexpr (FP4Q_SF_SWIZZLED) prefetch_tensormap(&sf_out_map);
     }
 
     consume_tiles(cta, [&](int i, int stage, int m0, int k0) {
@@ -133,7 +133,7 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
                     st_shared_u16(sf_tile + sf_offset(r, c), static_cast<u16>(sf));
                 }
             } else if (row < rows) {
-                u8* dst = sf_linear + static_cast<i64>(row) * groups + group;
+                u8* dst = sf_out + static_cast<i64>(row) * groups + group;
 #pragma unroll
                 for (int b = 0; b < SF_PER_CHUNK; ++b) {
                     if (group + b < groups) dst[b] = static_cast<u8>(sf >> (8 * b));
@@ -151,11 +151,11 @@ fp4q_quantize_fp4_tma(const __grid_constant__ TensorMap in_map,
         if (ctid == 0) {
 #pragma unroll
             for (int b = 0; b < OUT_BOXES; ++b) {
-                cp_async_bulk_tensor_2d_shared_to_global(&q_map, k0 / 2 + b * OUT_BOX_K, m0,
+                cp_async_bulk_tensor_2d_shared_to_global(&out_map, k0 / 2 + b * OUT_BOX_K, m0,
                                                          q_tile + b * OUT_BOX_BYTES);
             }
             if constexpr (FP4Q_SF_SWIZZLED) {
-                cp_async_bulk_tensor_4d_shared_to_global(&sf_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
+                cp_async_bulk_tensor_4d_shared_to_global(&sf_out_map, 0, 0, k0 / SF_BLOCK_K, m0 / 128, sf_tile);
             }
             cp_async_bulk_commit_group();
         }

@@ -9,6 +9,6 @@
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
-    quantize_vector(x, x_row_stride, q, sf, rows, cols, unit_magic, unit_shift, [] { simt_quantize_prologue(); },
+    quantize_vector(x, x_row_stride, out, sf_out, rows, cols, unit_magic, unit_shift, [] { simt_quantize_prologue(); },
                     [&] { return tensor_scale(tensor_sf_value, tensor_sf_ptr); });
 }
