@@ -77,12 +77,16 @@ def _require_uint8(a, name):
         raise TypeError(f"{name} must have dtype uint8 (e4m3/e8m0 scale bytes), got {a.dtype}")
 
 
+def tiles_shape(m, groups) -> tuple:
+    """``(ceil(m/128), ceil(groups/4), 32, 4, 4)``, unchecked: sizes may be symbolic (torch's
+    fake tensors trace through it)."""
+    return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+
+
 def block_shape(m: int, groups: int) -> tuple:
     """Shape ``(ceil(m/128), ceil(groups/4), 32, 4, 4)`` of the swizzled scales of ``groups``
     scales per row."""
-    m = _count(m, "m")
-    groups = _count(groups, "groups")
-    return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+    return tiles_shape(_count(m, "m"), _count(groups, "groups"))
 
 
 def _groups(k, fmt: str) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..cuda import driver
 from ..numerics.groups import require_choice
-from .arrays import NO_TENSOR_SCALE, as_operand, tensor_scale
+from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
 from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
 from .engine import plan_of, run
@@ -43,8 +43,8 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
         op.kernels.check_config(op, config)
     if plan.empty:
         return None
-    pointers = [main[1], 0, 0]
+    pointers = [main[PTR], 0, 0]
     for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
         if buf is not None:
-            pointers[i] = as_operand(buf, name)[1]
+            pointers[i] = as_operand(buf, name)[PTR]
     return resolve_config(config, plan, pointers, scale_mode, driver.device(plan.view.device).arch)

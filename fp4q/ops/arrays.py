@@ -54,23 +54,6 @@ Operand = tuple
 OBJ, PTR, SHAPE, DTYPE, DEVICE, IS_TORCH = range(6)
 
 
-def byte_strides(a: Operand) -> tuple:
-    """The strides of operand ``a`` in bytes; read only where a rule needs them
-    (outputs need only their shape)."""
-    obj, is_torch = a[OBJ], a[IS_TORCH]
-    if is_torch:
-        size = obj.element_size()
-        return tuple(s * size for s in obj.stride())
-    return obj.strides
-
-
-def stride_key(obj, is_torch: bool) -> tuple:
-    """The strides of an operand's ``obj`` as its library keeps them (torch: elements,
-    CuPy: bytes): cheaper than ``byte_strides``, and exact in a plan key beside the
-    dtype and ``is_torch``."""
-    return obj.stride() if is_torch else obj.strides
-
-
 def as_operand(x, name: str) -> Operand:
     """``x`` as an operand: a CuPy array or a torch CUDA tensor directly, anything
     else through DLPack or the CUDA array interface (as a zero-copy CuPy array)."""
@@ -141,16 +124,6 @@ def _has(x, attr: str) -> bool:
         return hasattr(x, attr)
     except Exception:  # noqa: BLE001
         return True
-
-
-def c_contiguous(a) -> bool:
-    """Whether CuPy array ``a`` is C-contiguous. CuPy keeps the answer as ``_c_contiguous``,
-    which ``flags.c_contiguous`` reads too after building a Flags object (about 0.2 us of
-    a 10 us call on an H200 host); a CuPy without that attribute is asked through ``flags``."""
-    try:
-        return a._c_contiguous
-    except AttributeError:
-        return a.flags.c_contiguous
 
 
 def tensor_scale(tensor_sf, device: int) -> tuple[str, float, int]:

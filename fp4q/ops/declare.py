@@ -20,8 +20,9 @@ from typing import Any, Mapping, Protocol
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
 from ..numerics.groups import require_choice
+from ..numerics.layouts import tiles_shape
 from .arrays import Q_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
-from .checks import RowsView, rows_view, sf_shape
+from .checks import RowsView, rows_view
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ class Array:
         if self.kind == "codes":
             return g.lead + (g.k // 2,)
         if self.kind == "scales":
-            return sf_shape(g.lead, g.view.rows, g.groups, g.options["sf_layout"])
+            if g.options["sf_layout"] == "swizzled":
+                return tiles_shape(g.view.rows, g.groups)
+            return g.lead + (g.groups,)
         if self.kind == "values":
             return g.lead + (g.k,)
         return ()

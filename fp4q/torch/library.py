@@ -23,7 +23,7 @@ import threading
 import torch
 
 from ..ops.api import OPS
-from ..ops.arrays import device_scale, tensor_scale, torch_operand
+from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
 from ..ops.checks import check_operand
 from ..ops.declare import DYNAMIC, Op
 from ..ops.engine import Buffer, run
@@ -168,7 +168,7 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
     checked when the op runs."""
     main = torch_operand(inputs[0], op.main.name, 0)
     g = op.geometry(main, options)
-    device = main[4]
+    device = main[DEVICE]
     for array, value in zip(op.inputs, inputs[1:]):
         spec = Buffer(array, g)
         check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
