@@ -83,7 +83,7 @@ class Launcher:
     launches without PDL: it must not start before its predecessor ends.
     """
 
-    __slots__ = ("function", "device", "grid", "block", "smem_bytes", "pdl", "dynamic", "takes_tickets", "map_names",
+    __slots__ = ("function", "device", "grid", "block", "smem_bytes", "pdl", "dynamic", "takes_tickets", "fixed", "map_names",
                  "_map_operands", "_map_statics", "_maps", "_maps_lock", "_pack", "_fixed_pack", "_table",
                  "_values_bytes", "_block_words", "_local", "_cu")
 
@@ -93,6 +93,7 @@ class Launcher:
         self.function, self.device, self.grid, self.dynamic, self.pdl = function, device, grid, dynamic, pdl
         self.block, self.smem_bytes = spec.threads, spec.smem_bytes
         fixed, extents = dict(fixed or {}), dict(extents or {})
+        self.fixed = fixed
         kinds = [p.kind for p in spec.params]
         maps = kinds.count("map")
         if kinds[:maps] != ["map"] * maps:

@@ -73,3 +73,17 @@ def function(op: Op, body: str, namespace: dict, extra: tuple[tuple[str, str], .
     fn = scope[op.name]
     fn.__doc__, fn.__module__, fn.__source__ = docstring(op), module, source
     return fn
+
+
+def api_table(ops) -> str:
+    """The API reference of ``ops`` as markdown: per op its signature, what it returns and
+    its arguments (docs/api.md is this text; a test keeps it so)."""
+    parts = ["# API reference", "",
+             "Written from the ops' declarations (`fp4q/ops/*.py`); `fp4q.torch` has the same functions",
+             "(plus `fp4_dtype` where an op returns codes) and registers them as `torch.ops.fp4q.*`.", ""]
+    for op in ops:
+        parts += [f"## `fp4q.{op.name}({signature(op)})`", "", op.summary, "", op.doc, "",
+                  "| argument | |", "|---|---|"]
+        parts += [f"| `{name}` | {doc} |" for name, _, doc in parameters(op) if doc]
+        parts.append("")
+    return "\n".join(parts)
