@@ -1,21 +1,15 @@
-"""scripts/bench.py, bench_report.py and sweep_ops.py without a GPU: the
+"""scripts/bench/bench.py, bench_report.py and scripts/sweep/sweep_ops.py without a GPU: the
 shapes, the bytes each measured operation is charged with, and how the report
 renders results."""
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import bench  # noqa: E402
-import bench_measure  # noqa: E402
-import bench_report  # noqa: E402
-import sweep_ops  # noqa: E402
+from scripts.bench import bench, bench_measure, bench_report
+from scripts.sweep import sweep_ops
 
-META = dict(command="python3 scripts/bench.py", date="2026-12-03 09:06 UTC", device="NVIDIA H200", arch="sm_90a",
+META = dict(command="python3 scripts/bench/bench.py", date="2026-12-03 09:06 UTC", device="NVIDIA H200", arch="sm_90a",
             sm_count=132, driver="580", versions={"cupy": "14"}, commit="abc", reps=30, warmup=5,
             shapes=["16x4096"], corner_tsf=[1.0], quick=False)
 

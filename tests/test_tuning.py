@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import pytest
 
@@ -15,8 +14,7 @@ from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.variants import GLOBAL_SCALE
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import sweep  # noqa: E402
+from scripts.sweep import sweep
 
 
 @pytest.fixture

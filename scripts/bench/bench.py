@@ -39,8 +39,8 @@ saying so; anything that fails prints its traceback, is named in the table and
 makes the exit status 1. Without a GPU nothing is timed and the exit status
 is 2.
 
-    python3 scripts/bench.py             # the 15 default shapes, 50 repetitions
-    python3 scripts/bench.py --quick     # three shapes, 20 repetitions
+    python3 scripts/bench/bench.py             # the 15 default shapes, 50 repetitions
+    python3 scripts/bench/bench.py --quick     # three shapes, 20 repetitions
 """
 
 from __future__ import annotations
@@ -57,14 +57,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(SCRIPTS)
-sys.path.insert(0, SCRIPTS)
-if REPO not in sys.path:
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
     sys.path.append(REPO)  # after site-packages: an installed fp4q wins
 
-import bench_triton  # noqa: E402
-from bench_report import Row, markdown  # noqa: E402
+from scripts.bench import bench_triton  # noqa: E402
+from scripts.bench.bench_report import Row, markdown  # noqa: E402
 
 # Decode-sized rows (16, 128), prefill-sized row counts over the common hidden
 # sizes (256, 512, 1024 rows), and large tensors that stream from HBM.
@@ -187,8 +185,8 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"CuPy is needed (pip install cupy-cuda13x): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    import bench_contenders as contenders
-    import bench_measure as measure
+    from scripts.bench import bench_contenders as contenders
+    from scripts.bench import bench_measure as measure
 
     env = measure.Env(args)
     if env.torch is not None:
