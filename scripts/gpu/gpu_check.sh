@@ -27,5 +27,6 @@ step sanitize "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize" SANI
 step sanitize80 "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize80" SANITIZE_TIMEOUT="$sanitize_limit" \
   bash "$here/sanitize.sh" --emulate-sm80
 step soak "${SOAK_LIMIT:-1200}" python3 "$here/soak.py"
-step bench "${BENCH_LIMIT:-1200}" python3 "$here/../bench/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json"
+step bench "${BENCH_LIMIT:-1200}" python3 "$here/../bench/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json" \
+  --png "$logs/benchmarks.png"
 exit $status
