@@ -52,9 +52,9 @@ def main(m: int = 1024, k: int = 4096) -> None:
 
     check(x, quantize_and_back(x))                        # eager
 
-    static_x = torch.empty_like(x)
-    static_x.copy_(x)
+    static_x = x.clone()                                  # the captured input buffer
     quantize_and_back(static_x)                           # compiles and loads the kernels before capture
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_out = quantize_and_back(static_x)
@@ -64,7 +64,6 @@ def main(m: int = 1024, k: int = 4096) -> None:
     check(new_x, static_out)
 
     check(x, compiled()(x))                               # torch.compile, inductor
-    torch.cuda.synchronize()
     print(f"torch {m}x{k}: eager, CUDA graph replay and torch.compile(fullgraph=True) "
           "all equal to fp4q.reference")
 
