@@ -15,8 +15,9 @@ upper bytes of the two 16-bit halves serve operands ``a, b`` and the lower bytes
 ``e, f``; the instruction is called as Transformer Engine calls it, with the four
 consecutive values ``x0..x3`` passed as ``{a, b, e, f} = {x3, x2, x1, x0}`` so that
 ``x0`` lands in the low nibble. The remaining freedom (which half, and the bit order
-within a byte) is fixed by the only public hardware probe (Dao-AILab/quack's
-``rounding.py``, exhaustive sweeps on sm_103a): ``x0 <- rbits[23:16]``,
+within a byte) is fixed by the only public hardware probe (``quack/rounding.py`` of
+Dao-AILab/quack as in thakkarV/quack, exhaustive sweeps on sm_103a; sm_100a is not
+probed): ``x0 <- rbits[23:16]``,
 ``x1 <- bitrev8(rbits[7:0])``, ``x2 <- rbits[31:24]``, ``x3 <- bitrev8(rbits[15:8])``.
 """
 
