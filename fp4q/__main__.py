@@ -1,8 +1,8 @@
 """``python -m fp4q``: command-line tools.
 
 ``precompile``: compile every shipped kernel variant of the given targets into the kernel cache, so that
-a server never compiles at run time (see ``fp4q.jit.precompile`` and the README's section on
-containers). ``--check`` compiles nothing and exits 1 listing what is missing.
+a server never compiles at run time (see ``fp4q.jit.precompile`` and docs/kernels.md on precompiling).
+``--check`` compiles nothing and exits 1 listing what is missing. ``--version`` prints fp4q's version.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._version import __version__
 from .jit.precompile import precompile
 from .kernels.archs import ARCHS
 from .kernels.variants import OPS
@@ -17,6 +18,7 @@ from .kernels.variants import OPS
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fp4q", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fp4q {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     pre = commands.add_parser(
         "precompile",

@@ -184,7 +184,10 @@ class DeviceArray:
         return HostMemory(self._buffer, offset)
 
     def __getitem__(self, index):
-        return self._wrap(self._host[index])
+        host = self._host[index]
+        if not isinstance(host, np.ndarray):  # numpy gives a scalar copy where CuPy gives a 0-d view
+            host = self._host[(*index, ...) if isinstance(index, tuple) else (index, ...)]
+        return self._wrap(host)
 
     def view(self, dtype):
         return self._wrap(self._host.view(dtype))

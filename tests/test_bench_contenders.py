@@ -1,18 +1,13 @@
-"""scripts/bench_contenders.py without a GPU: the spec's formula in PyTorch (the torch eager and
+"""scripts/bench/bench_contenders.py without a GPU: the spec's formula in PyTorch (the torch eager and
 torch.compile contenders) on the CPU, bit for bit against the numpy reference on the corner-case data."""
 
 from __future__ import annotations
-
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 from fp4q.numerics import reference
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import bench_contenders  # noqa: E402
+from scripts.bench import bench_contenders
 
 torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 

@@ -1,4 +1,4 @@
-"""scripts/bench_triton.py in Triton's interpreter on the CPU, bit for bit against the numpy reference.
+"""scripts/bench/bench_triton.py in Triton's interpreter on the CPU, bit for bit against the numpy reference.
 
 Skipped where triton is not installed (it is not a dependency of fp4q; CI
 installs the version the benchmark machine runs). The interpreter
@@ -24,16 +24,17 @@ from fp4q import reference
 pytest.importorskip("triton", exc_type=ModuleNotFoundError)
 pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import bench_triton  # noqa: E402 - for its tile list; the kernel runs in the child
+from scripts.bench import bench_triton  # noqa: E402 - for its tile list; the kernel runs in the child
+
+# The child imports the script the same way, from the repository root this copy of it sits in.
+ROOT = pathlib.Path(bench_triton.__file__).resolve().parents[2]
 TSFS = (1.0, float(np.float32(0.3)), 1024.0, 2.0**-15, 2.0**20)
 
 CHILD = """
 import json, sys
 import numpy as np
 import torch
-import bench_triton as bt
+from scripts.bench import bench_triton as bt
 
 if bt.triton is None:
     print(json.dumps(dict(skip="triton does not import: " + bt.TRITON_STATUS)))
@@ -125,7 +126,7 @@ def interpreted(tmp_path_factory):
     np.savez(tmp / "in.npz", **{name: x for name, (x, _, _) in all_cases.items()})
     (tmp / "cases.json").write_text(json.dumps({n: (tsf, list(c)) for n, (_, tsf, c) in all_cases.items()}))
     env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp / "in.npz"), str(tmp / "cases.json"),
                            str(tmp / "out.npz")], capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:

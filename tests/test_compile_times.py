@@ -1,12 +1,8 @@
-"""scripts/compile_times.py: its table, and one real run (it needs no GPU: NVRTC and numpy only)."""
+"""scripts/dev/compile_times.py: its table, and one real run (it needs no GPU: NVRTC and numpy only)."""
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import compile_times  # noqa: E402
+from scripts.dev import compile_times
 
 
 def test_table_units():

@@ -350,7 +350,7 @@ def test_pack_roundtrip():
     assert compiler._unpack(payload) == (b"\x7fELF\x00\x01", 'log with "quotes" and ünïcode\n')
 
 
-# --- cold compile and cached lookups (their times: scripts/compile_times.py) -----------------------------------
+# --- cold compile and cached lookups (their times: scripts/dev/compile_times.py) -----------------------------------
 
 
 def test_cold_compile_of_default_variant_misses_an_empty_cache(tmp_path):

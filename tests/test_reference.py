@@ -719,7 +719,7 @@ def test_mxfp4_swizzled_matches_linear_and_round_trips(mode):
 
 @pytest.mark.slow
 def test_quantize_4096x7168_shapes():
-    # Its time is reported by scripts/compile_times.py.
+    # Its time is reported by scripts/dev/compile_times.py.
     x = random_bf16((4096, 7168), seed=10, scale=3)
     q, sf = quantize_nvfp4(x, global_scale(x))
     assert q.shape == (4096, 3584) and sf.shape == (32, 112, 32, 4, 4)

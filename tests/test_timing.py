@@ -1,12 +1,8 @@
-"""scripts/timing.py without a GPU: how repetitions are chunked behind the spin kernel and how long it spins."""
+"""scripts/bench/timing.py without a GPU: how repetitions are chunked behind the spin kernel and how long it spins."""
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import timing  # noqa: E402
+from scripts.bench import timing
 
 
 def test_single_launch_reps_fit_one_chunk():

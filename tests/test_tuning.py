@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import pytest
 
@@ -15,8 +14,7 @@ from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.variants import GLOBAL_SCALE
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import sweep  # noqa: E402
+from scripts.sweep import sweep
 
 FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
 
@@ -130,13 +128,13 @@ def test_every_dynamic_block_size_is_a_shipped_variant():
 
 
 def test_the_one_launch_dynamic_limit_is_the_documented_one():
-    """quantize_nvfp4's docstring and the README state the limit as a power of two."""
+    """quantize_nvfp4's docstring and the usage guide state the limit as a power of two."""
     limit = tuning.FUSED_DYNAMIC_MAX_ELEMENTS
     assert limit & (limit - 1) == 0
     stated = f"2**{limit.bit_length() - 1}"
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    usage = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "usage.md").read_text()
     assert f"``{stated}``" in fp4q.quantize_nvfp4.__doc__
-    assert f"inputs of up to `{stated}` elements" in readme
+    assert f"inputs of up to `{stated}` elements" in usage
 
 
 def test_table_crossover_is_used(table_file):

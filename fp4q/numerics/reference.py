@@ -37,6 +37,10 @@ from .groups import (
     scales_out,
     tensor_sf_float32,
 )
+from .hadamard import TE_WGRAD_SIGN_MASK, hadamard16
+from .philox import philox4x32_10
+from .stochastic import e2m1_encode_stochastic
+from .training import NVFP4TrainingQuantized, fake_quantize_nvfp4, quantize_nvfp4_training
 
 __all__ = [
     "e2m1_encode",
@@ -48,6 +52,13 @@ __all__ = [
     "global_scale",
     "quantize_mxfp4",
     "dequantize_mxfp4",
+    "quantize_nvfp4_training",
+    "fake_quantize_nvfp4",
+    "NVFP4TrainingQuantized",
+    "philox4x32_10",
+    "e2m1_encode_stochastic",
+    "hadamard16",
+    "TE_WGRAD_SIGN_MASK",
 ]
 
 NVFP4_GROUP = 16

@@ -30,7 +30,8 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from fp4q.cuda.driver import gpu_status  # noqa: E402
 from fp4q.jit.cache import BinaryCache  # noqa: E402
@@ -164,10 +165,10 @@ def gpu_sweep(args) -> list[dict]:
     import cupy as cp
     import numpy as np
 
-    import sweep_ops
     from fp4q.cuda.driver import device as device_info
     from fp4q.cuda.driver import driver_version
-    from timing import copy_fn_bytes, time_fn
+    from scripts.bench.timing import copy_fn_bytes, time_fn
+    from scripts.sweep import sweep_ops
 
     dev = device_info(cp.cuda.Device().id)
     op = sweep_ops.make(args.op)

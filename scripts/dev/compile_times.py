@@ -8,7 +8,7 @@ These were once assertions in the test-suite (cold compile < 1.5 s, cached
 lookup < 5 ms, reference < 10 s); the budgets are shown next to the times,
 and this script reports rather than fails: timings depend on the machine.
 
-    python3 scripts/compile_times.py            # 3 runs of each
+    python3 scripts/dev/compile_times.py            # 3 runs of each
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ import tempfile
 import textwrap
 import time
 
-SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(SCRIPTS)
-sys.path.insert(0, SCRIPTS)
-if REPO not in sys.path:
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
     sys.path.append(REPO)  # after site-packages: an installed fp4q wins
 
 LOOKUP_CHILD = textwrap.dedent(
@@ -72,7 +70,7 @@ def measure(args) -> list[tuple[str, float, str, str]]:
     """(what, median, unit, budget) rows."""
     import numpy as np
 
-    import sweep_ops
+    from scripts.sweep import sweep_ops
     from fp4q.jit import compiler
     from fp4q.jit.cache import BinaryCache
     from fp4q.jit.render import render

@@ -13,12 +13,13 @@ import sys
 import cupy as cp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import fp4q  # noqa: E402
 from fp4q.kernels.variants import SHIPPED  # noqa: E402
-from sweep_ops import bf16_normal  # noqa: E402
-from timing import copy_bytes, copy_fn, host_us_per_call, time_fn  # noqa: E402
+from scripts.bench.timing import copy_bytes, copy_fn, host_us_per_call, time_fn  # noqa: E402
+from scripts.sweep.sweep_ops import bf16_normal  # noqa: E402
 
 
 def main() -> None:

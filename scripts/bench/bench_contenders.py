@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 
-import bench_triton as triton_kernel
-import sweep_ops
-import timing
-from bench_measure import Case, as_cupy, compare, timed_row
-from bench_report import Row, progress_line
+from scripts.bench import bench_triton as triton_kernel
+from scripts.bench import timing
+from scripts.bench.bench_measure import Case, as_cupy, compare, timed_row
+from scripts.bench.bench_report import Row, progress_line
+from scripts.sweep import sweep_ops
 from fp4q.numerics.formats import R6
 
 HOST_SHAPE = (16, 4096)  # small enough that a call is host-bound: the host-overhead shape

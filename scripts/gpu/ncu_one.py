@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -29,8 +34,8 @@ def main(argv=None) -> None:
     import numpy as np
 
     import fp4q
-    import sweep_ops
     from fp4q.kernels.variants import SHIPPED
+    from scripts.sweep import sweep_ops
 
     if args.config is not None and args.config not in SHIPPED:
         raise SystemExit(f"unknown config {args.config!r}; shipped: {', '.join(SHIPPED)}")

@@ -21,11 +21,12 @@ step() {
   [ $rc -eq 0 ] || status=1
 }
 sanitize_limit=${SANITIZE_TIMEOUT:-1200}
-step pytest "${PYTEST_LIMIT:-1200}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 "$here/../tests"
+step pytest "${PYTEST_LIMIT:-1200}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 "$here/../../tests"
 step sanitize "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize" SANITIZE_TIMEOUT="$sanitize_limit" \
   bash "$here/sanitize.sh"
 step sanitize80 "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize80" SANITIZE_TIMEOUT="$sanitize_limit" \
   bash "$here/sanitize.sh" --emulate-sm80
 step soak "${SOAK_LIMIT:-1200}" python3 "$here/soak.py"
-step bench "${BENCH_LIMIT:-1200}" python3 "$here/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json"
+step bench "${BENCH_LIMIT:-1200}" python3 "$here/../bench/bench.py" --quick --md "$logs/benchmarks.md" --out "$logs/bench.json" \
+  --png "$logs/benchmarks.png"
 exit $status

@@ -2,7 +2,7 @@
 """Two (or more) fp4q source trees side by side in one run: host time per call
 and device time per op, through the public API only.
 
-    python scripts/ab_trees.py OLD_TREE NEW_TREE [--shapes 16x4096,1024x4096,8192x8192] [--ops REGEX]
+    python scripts/dev/ab_trees.py OLD_TREE NEW_TREE [--shapes 16x4096,1024x4096,8192x8192] [--ops REGEX]
 
 Each tree (a directory holding ``fp4q/`` and ``ptx_templates/``) is imported
 by its own child process, which stays alive for the whole run and measures
@@ -30,7 +30,9 @@ import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The folder of timing.py, which the children import by its own name: each child's tree comes first on
+# its sys.path and may hold a `scripts` package of its own.
+TIMING_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 CHILD = r"""
 import hashlib, json, sys
@@ -120,7 +122,7 @@ class Child:
     def __init__(self, tree: str, shapes: str, cpu: int | None) -> None:
         self.tree = tree
         pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), HERE, shapes],
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), TIMING_DIR, shapes],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
         self.setup = json.loads(self._line())
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import sweep_ops
-import timing
-from bench_report import Row
+from scripts.bench import timing
+from scripts.bench.bench_report import Row
+from scripts.sweep import sweep_ops
 
 HOST_BOUND_NOTE = "HOST-BOUND: the spin ended before all repetitions were queued"
 

@@ -11,6 +11,11 @@ out= (the dispatcher's floor)."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 CALLS = {
     "value": "a host float tensor_sf",
@@ -34,7 +39,6 @@ def parse_args(argv=None):
 
 
 def floors() -> None:
-    import timing
     import torch
 
     import fp4q
@@ -44,6 +48,7 @@ def floors() -> None:
     from fp4q.ops.plans import KernelLaunch
     from fp4q.kernels.walk import unit_divisor
     from fp4q.ops.quantize import SIMT_ARGS
+    from scripts.bench import timing
 
     dev = torch.device("cuda", 0)
     xt = torch.zeros((16, 4096), dtype=torch.bfloat16, device=dev)

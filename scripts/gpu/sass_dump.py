@@ -1,10 +1,10 @@
 """Dump the SASS of every shipped kernel variant, or compare two such dumps.
 
-    python scripts/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100f] [--jobs 2] [--match REGEX]
-    python scripts/sass_dump.py --compare DIR_A DIR_B [--common]
+    python scripts/gpu/sass_dump.py OUT_DIR [--arch sm_90a --arch sm_100f] [--jobs 2] [--match REGEX]
+    python scripts/gpu/sass_dump.py --compare DIR_A DIR_B [--common]
 
 The first form compiles each variant of ``all_variants(arch)`` of the tree
-the script sits in (``TREE/scripts/sass_dump.py`` puts ``TREE`` first on
+the script sits in (``TREE/scripts/gpu/sass_dump.py`` puts ``TREE`` first on
 ``sys.path``, ahead of any installed fp4q, so that two checkouts can be
 dumped and compared) plus the numerics probe into a throw-away binary cache and writes ``cuobjdump -sass``
 of each cubin to ``OUT_DIR/<arch>/<variant>.sass`` (with ``--match``, only
@@ -35,7 +35,7 @@ OLD_DEFAULT_ARCHS = ("sm_90a", "sm_100a")  # trees without fp4q.kernels.archs
 
 # An editable install of another checkout would otherwise supply fp4q (worker processes
 # import this module too, so they see the same tree).
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 
 def _import_first(*names: str):

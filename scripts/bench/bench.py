@@ -32,15 +32,17 @@ process with a warm disk cache, and a corner-case bit-exactness check of
 every contender against the spec (NaN, Inf, -0, ties, subnormal scales).
 
 Output: markdown tables (printed, and written to docs/benchmarks.md with the
-command line, device, driver, versions and date) and JSON (--out).
+command line, device, driver, versions and date), the results as JSON
+(docs/data/benchmarks.json) and their figure (docs/benchmarks.png, made by
+plot.py where matplotlib is installed); --md, --out and --png move them.
 
 Optional dependencies (torch, triton, torchao) that are missing give rows
 saying so; anything that fails prints its traceback, is named in the table and
 makes the exit status 1. Without a GPU nothing is timed and the exit status
 is 2.
 
-    python3 scripts/bench.py             # the 15 default shapes, 50 repetitions
-    python3 scripts/bench.py --quick     # three shapes, 20 repetitions
+    python3 scripts/bench/bench.py             # the 15 default shapes, 50 repetitions
+    python3 scripts/bench/bench.py --quick     # three shapes, 20 repetitions
 """
 
 from __future__ import annotations
@@ -57,14 +59,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(SCRIPTS)
-sys.path.insert(0, SCRIPTS)
-if REPO not in sys.path:
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a file: the repository root makes `scripts` importable
     sys.path.append(REPO)  # after site-packages: an installed fp4q wins
 
-import bench_triton  # noqa: E402
-from bench_report import Row, markdown  # noqa: E402
+from scripts.bench import bench_triton, plot  # noqa: E402
+from scripts.bench.bench_report import Row, markdown  # noqa: E402
 
 # Decode-sized rows (16, 128), prefill-sized row counts over the common hidden
 # sizes (256, 512, 1024 rows), and large tensors that stream from HBM.
@@ -150,8 +150,11 @@ def parse_args(argv=None):
                         help="fresh processes per shape (default 3, --quick 1)")
     parser.add_argument("--skip", default="", help=f"comma-separated sections to skip: {','.join(SECTIONS)}")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=os.path.join(REPO, ".out", "bench.json"),
-                        help="JSON results (default .out/bench.json in the repo, an ignored path; 'none' to skip)")
+    parser.add_argument("--out", default=plot.DEFAULT_JSON,
+                        help="JSON results (default docs/data/benchmarks.json; 'none' to skip)")
+    parser.add_argument("--png", default=plot.DEFAULT_PNG,
+                        help="the figure of the JSON results, where matplotlib is installed (default "
+                             "docs/benchmarks.png; 'none' to skip)")
     parser.add_argument("--md", default=os.path.join(REPO, "docs", "benchmarks.md"),
                         help="markdown report (default docs/benchmarks.md; 'none' to skip)")
     args = parser.parse_args(argv)
@@ -187,8 +190,8 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"CuPy is needed (pip install cupy-cuda13x): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    import bench_contenders as contenders
-    import bench_measure as measure
+    from scripts.bench import bench_contenders as contenders
+    from scripts.bench import bench_measure as measure
 
     env = measure.Env(args)
     if env.torch is not None:
@@ -286,6 +289,12 @@ def write_outputs(args, meta, shapes_out, host, first, corner, env, incomplete) 
         with open(args.md, "w") as f:
             f.write(text + "\n")
         print(f"wrote {args.md}")
+    if args.png and args.png != "none" and shapes_out:
+        try:
+            plot.draw(data, args.png)
+            print(f"wrote {args.png}")
+        except ImportError:
+            print("matplotlib is not installed: no figure (pip install 'fp4q[plot]')")
 
 
 if __name__ == "__main__":

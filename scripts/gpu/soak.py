@@ -9,7 +9,7 @@ mismatch or exception, or when device memory grew by more than
 ``--max-device-growth-mib`` (default 64) or host RSS by more than
 ``--max-host-growth-mib`` (default 256).
 
-    python scripts/soak.py [--calls 100000] [--threads 2] [--streams 4]
+    python scripts/gpu/soak.py [--calls 100000] [--threads 2] [--streams 4]
 
 Each thread makes every call inside ``with stream:`` so that the outputs fp4q
 allocates come from the pool of the stream that writes them: outputs are
