@@ -275,7 +275,7 @@ def default_config(arch: str = "sm_90a") -> QuantizeConfig:
 
     128x64 tiles, two stages, one consumer warpgroup and three CTAs per SM
     was the best or within 2% of the best for every shape class of the
-    H200 sweep (docs/sweep_h200.csv): many small CTAs hide latency better
+    H200 sweep (docs/data/sweep_h200.csv): many small CTAs hide latency better
     than a few deep pipelines. Where three do not fit one SM (sm_120f's
     100 KB of shared memory) it runs as many as fit.
     """

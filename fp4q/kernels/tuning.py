@@ -1,5 +1,5 @@
 """Which config to run for a shape: the measured table for the GPU's arch
-(written by ``scripts/sweep.py --write-tuned``; only sm_90a has one), else a
+(written by ``scripts/sweep/sweep.py --write-tuned``; only sm_90a has one), else a
 heuristic. Targets without TMA (sm_80) always run the vector SIMT kernel."""
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ def table_path(arch: str) -> pathlib.Path:
 # table gives no crossover of its own for the format. On the H200, with 16
 # elements per thread, the vector kernel beat the default TMA config at every
 # measured shape up to 1024x4096 and lost from 2048x7168 on
-# (docs/performance.md, "Serving sizes"). The sm_90a table records each
+# (docs/performance.md at f3e56c9, "Serving sizes"). The sm_90a table records each
 # format's own crossover since the vector kernels became faster.
 VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
-# Elements per thread of the vector kernel. On the H200 (docs/performance.md,
+# Elements per thread of the vector kernel. On the H200 (docs/performance.md at f3e56c9,
 # "Units of 8, 16 and 32 elements"), time / copy: NVFP4 with 8 elements (two
 # threads per group, each with half the dependent chain) at 1x4096 1.132
 # against 1.144 with 16, at 16x4096 1.106 against 1.136, and worse from
@@ -73,7 +73,7 @@ def vector_elements(m: int, k: int, fmt: str) -> int:
 # followed by the quantize kernel above. On the H200, with the block sizes
 # below, the one launch took 1.58-1.94x of the static quantize's copy from
 # 1x4096 to 4096x4096 against 1.99-2.25x for the two passes
-# (docs/performance.md, "The one-launch dynamic quantizer"); larger inputs
+# (docs/performance.md at f3e56c9, "The one-launch dynamic quantizer"); larger inputs
 # were not measured in one launch.
 FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 24
 

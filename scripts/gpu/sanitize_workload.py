@@ -65,7 +65,7 @@ def main() -> int:
             x = cp.asarray(bits)
             if k % cfg.sf_vec_size or (name in SIMT and cfg.vector and k % cfg.vector_elements):
                 continue  # a K the config refuses (the vector kernel's units of two groups need even groups)
-            mx = cfg.sf_vec_size == 32
+            mx = cfg.fmt == "mxfp4"
             for layout in ("swizzled", "linear"):
                 for device_sf in (False,) if mx else (False, True):
                     if mx:

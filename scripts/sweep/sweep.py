@@ -76,7 +76,7 @@ def _inputs_for(tile_k: int, swizzle: Swizzle) -> dict:
 def config_space(name: str) -> dict[str, QuantizeConfig | SimtConfig]:
     """Named valid configs of a search space ('shipped', 'small' or 'full'): TMA
     configs and the vector SIMT kernel (the small-input candidate)."""
-    vector = {n: c for n, c in SIMT.items() if c.vector and c.sf_vec_size == 16}
+    vector = {n: c for n, c in SIMT.items() if c.vector and c.fmt == "nvfp4"}
     if name == "shipped":
         return {**SHIPPED, **vector}
     if name == "small":
@@ -224,8 +224,8 @@ def gpu_sweep(args) -> list[dict]:
 def _compiled_forms(configs: dict, op: str) -> list:
     """The configs as the calls will build them (MXFP4 and dequantize take the call's format fields)."""
     if op.startswith("dequantize"):
-        fmt, mode = ("mxfp4", "none") if op == "dequantize_mx" else ("nvfp4", "value")
-        return [c.replace(fmt=fmt, out_dtype="bfloat16", tensor_sf_mode=mode) for c in configs.values()]
+        fmt = "mxfp4" if op == "dequantize_mx" else "nvfp4"
+        return [c.replace(fmt=fmt, out_dtype="bfloat16") for c in configs.values()]
     return list(configs.values())
 
 

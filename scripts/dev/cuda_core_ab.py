@@ -1,6 +1,6 @@
 """cuda.core against fp4q's own NVRTC and launch path, in one run.
 
-    python scripts/cuda_core_ab.py [--calls 4000] [--rounds 7] [--json OUT]
+    python scripts/dev/cuda_core_ab.py [--calls 4000] [--rounds 7] [--json OUT]
 
 Compiling (no GPU needed): every kernel a call can choose for sm_90a and
 sm_100f is compiled by ``cuda.core.Program`` with the options fp4q uses
