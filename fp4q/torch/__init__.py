@@ -121,7 +121,7 @@ def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
     float8_e4m3fn, ``[round_up(m, 128), round_up(n // 16, 4)]`` holding the
     swizzled 128x4 layout (the same bytes as fp4q's 5-D swizzled scales) or
     ``[m, n // 16]`` linear. The bits are the spec's, which can differ from
-    vLLM's CUDA kernel (see the docs on serving engines).
+    vLLM's CUDA kernel (docs/torch.md).
     """
     if input.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"input must be bfloat16 or float16, got {input.dtype}")
