@@ -65,8 +65,8 @@ def docstring(op: Op) -> str:
 
 def function(op: Op, body: str, namespace: dict, extra: tuple[tuple[str, str], ...] = (),
              module: str = "fp4q") -> Callable:
-    """``op``'s function with ``body`` (source, one level indented, which may name
-    ``ARGS`` for ``grouped_arguments(op)``), compiled with ``namespace``'s names."""
+    """``op``'s function with ``body`` (source, one level indented, which may name ``OP``
+    and ``ARGS`` for ``grouped_arguments(op)``), compiled with ``namespace``'s names."""
     source = f"def {op.name}({signature(op, extra)}):\n" + body.replace("ARGS", grouped_arguments(op))
     scope = dict(namespace, OP=op)
     exec(compile(source, f"<fp4q.{op.name}>", "exec"), scope)

@@ -37,22 +37,20 @@ __all__ = ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_m
            "scaled_fp4_quant", "schemas"]
 
 
-def _registered_ops(op: Op) -> dict[tuple[str, bool], tuple]:
-    """``op``'s registered ops and their signatures, by the tensor scale's kind (``"Tensor"``,
-    ``"float"``, ``"dynamic"`` or ``"none"``) and whether outputs are given."""
-    table = {}
-    for name, sig in SIGNATURES.items():
-        base, _, overload = name.partition(".")
-        if base.removesuffix("_out").removesuffix("_dynamic") != op.name:
-            continue
-        kind = "dynamic" if sig.dynamic else "none" if not sig.has_scale else overload or "float"
-        table[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
-    return table
+class Entry:
+    """What a wrapper of ``op`` dispatches to: its registered ops and their signatures, by the
+    tensor scale's kind (``"Tensor"``, ``"float"``, ``"dynamic"`` or ``"none"``) and whether
+    outputs are given; and which options may be torch dtypes (passed to the schema by name)."""
 
-
-_REGISTERED = {op: _registered_ops(op) for op in OPS}
-# Options whose values may be torch dtypes, passed to the schema by name.
-_DTYPE_OPTIONS = {op: tuple(i for i, c in enumerate(op.options) if c.name == "dtype") for op in OPS}
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.registered: dict[tuple[str, bool], tuple] = {}
+        for name, sig in SIGNATURES.items():
+            base, _, overload = name.partition(".")
+            if sig.op is op:
+                kind = "dynamic" if sig.dynamic else "none" if not sig.has_scale else overload or "float"
+                self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
+        self.dtype_options = tuple(i for i, c in enumerate(op.options) if c.name == "dtype")
 
 
 @torch.compiler.disable
@@ -61,9 +59,10 @@ def _eager(op: Op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4
     return run(op, inputs, tensor_sf, options, buffers, stream, config, pdl, OUTPUTS[fp4_dtype])
 
 
-def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
+def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
     """A wrapper's call: the registered op that fits its arguments."""
-    for i in _DTYPE_OPTIONS[op]:
+    op = entry.op
+    for i in entry.dtype_options:
         if isinstance(options[i], torch.dtype):
             options = (*options[:i], str(options[i]).removeprefix("torch."), *options[i + 1:])
     if stream is not None or config is not None:
@@ -78,7 +77,7 @@ def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, s
         kind = "dynamic"
     else:
         kind, scale = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float"), (tensor_sf,)
-    table = _REGISTERED[op]
+    table = entry.registered
     if all(b is None for b in buffers):
         registered, sig = table[(kind, False)]
         return registered(*inputs, *scale, *options, pdl, *((fp4_dtype,) if sig.fp4 else ()))
@@ -96,10 +95,11 @@ def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, s
 
 def _wrapper(op: Op):
     """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes."""
+    namespace = {"dispatch": dispatch, "ENTRY": Entry(op)}
     if has_codes(op):
-        return function(op, "    return dispatch(OP, ARGS, fp4_dtype)\n", {"dispatch": dispatch},
-                        (("fp4_dtype", "False"),), module="fp4q.torch")
-    return function(op, "    return dispatch(OP, ARGS, False)\n", {"dispatch": dispatch}, module="fp4q.torch")
+        return function(op, "    return dispatch(ENTRY, ARGS, fp4_dtype)\n", namespace, (("fp4_dtype", "False"),),
+                        module="fp4q.torch")
+    return function(op, "    return dispatch(ENTRY, ARGS, False)\n", namespace, module="fp4q.torch")
 
 
 _FUNCTIONS = {op.name: _wrapper(op) for op in OPS}
