@@ -429,13 +429,13 @@ def test_uint16_bits_equal_bfloat16(tensor_sf):
     np.testing.assert_array_equal(sf_bits, sf_bf)
 
 
-DTYPE_RULE = "bfloat16, uint16 (bf16 bits) or float16"
+DTYPE_RULE = "bfloat16, uint16 (bf16 bits), float16 or float32"
 
 
 @pytest.mark.parametrize(
     "x, exc, message",
     [
-        (np.zeros((2, 16), np.float32), TypeError, f"x must have dtype {DTYPE_RULE}, got float32"),
+        (np.zeros((2, 16), np.float64), TypeError, f"x must have dtype {DTYPE_RULE}, got float64"),
         (np.zeros((2, 16), np.int16), TypeError, f"x must have dtype {DTYPE_RULE}, got int16"),
         ([[0.0] * 16], TypeError, f"x must be a numpy array of {DTYPE_RULE}, got builtins.list"),
         (
