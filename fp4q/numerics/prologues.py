@@ -27,7 +27,7 @@ __all__ = ["exp_f32", "silu_and_mul", "rms_norm", "row_sum_of_squares"]
 
 
 def _f32(bits: int) -> np.float32:
-    return np.array(bits, dtype=np.uint32).view(np.float32)[()]
+    return np.float32(np.array(bits, dtype=np.uint32).view(np.float32)[()])
 
 
 ONE = np.float32(1)
@@ -128,7 +128,7 @@ def row_sum_of_squares(rf: np.ndarray) -> np.ndarray:
     k = rf.shape[-1]
     width = 1 << max(k - 1, 0).bit_length()
     with np.errstate(all="ignore"):
-        v = np.zeros(rf.shape[:-1] + (width,), dtype=np.float32)
+        v: np.ndarray = np.zeros(rf.shape[:-1] + (width,), dtype=np.float32)
         v[..., :k] = rf * rf
         while v.shape[-1] > 1:
             v = v[..., 0::2] + v[..., 1::2]
