@@ -457,7 +457,7 @@ def test_quantize_argument_validation():
     with pytest.raises(ValueError) as err:
         quantize_nvfp4(x, 1.0, sf_layout="foo")
     assert str(err.value) == "sf_layout must be 'swizzled', 'linear' or '8x4', got 'foo'"
-    with pytest.raises(TypeError, match="tensor_sf must be a Python float or a numpy float32 scalar"):
+    with pytest.raises(ValueError, match="tensor_sf must be a Python float or a numpy float32 scalar"):
         quantize_nvfp4(x, "1.0")
     with pytest.raises(TypeError, match="tensor_sf must be"):
         quantize_nvfp4(x, True)
