@@ -17,6 +17,7 @@ from fp4q.numerics.prologues import exp_f32, rms_norm, row_sum_of_squares, silu_
 # The spec's bound, measured over every float32 input (test_exp_every_float32 below).
 EXP_MAX_ULP = 1.1705
 EXP_WORST_INPUT = 0x40A66A5C  # 5.2004833: where that bound is reached
+BF = ml_dtypes.bfloat16
 
 
 def bits32(a):
@@ -27,16 +28,7 @@ def from_bits32(b):
     return np.asarray(b, dtype=np.uint32).view(np.float32)
 
 
-def bf16(values):
-    """bf16 array of exactly these values (asserts none is rounded)."""
-    v = np.asarray(values, dtype=np.float64)
-    out = v.astype(np.float32).astype(ml_dtypes.bfloat16)
-    same = (out.astype(np.float64) == v) | (np.isnan(v) & np.isnan(out.astype(np.float64)))
-    assert same.all(), "test value is not representable in bf16"
-    return out
-
-
-def row(values, k=16, dtype=ml_dtypes.bfloat16):
+def row(values, k=16, dtype=BF):
     """One row of ``values`` zero-padded to ``k``, in ``dtype`` (exactly)."""
     v = np.zeros(k, np.float64)
     v[: len(values)] = values
@@ -48,7 +40,7 @@ def row(values, k=16, dtype=ml_dtypes.bfloat16):
 def random_bf16(shape, seed, scale=1.0, offset=0.0):
     """Normal random values (times ``scale``, plus ``offset``) rounded to bf16."""
     v = np.random.default_rng(seed).standard_normal(shape) * scale + offset
-    return v.astype(np.float32).astype(ml_dtypes.bfloat16)
+    return v.astype(np.float32).astype(BF)
 
 
 def ulp_error(x, y):
@@ -166,7 +158,7 @@ def test_exp_every_float32():
 # ----------------------------------------------------------------------- SiLU·mul
 
 
-def silu_row(gate, up, dtype=ml_dtypes.bfloat16):
+def silu_row(gate, up, dtype=BF):
     """One row x = [gate | up] with N = 16."""
     return np.concatenate([row(gate, dtype=dtype), row(up, dtype=dtype)])
 
@@ -197,7 +189,7 @@ def silu_row(gate, up, dtype=ml_dtypes.bfloat16):
 )
 def test_silu_and_mul_hand_values(gate, up, bits):
     h = silu_and_mul(silu_row([gate], [up]))
-    assert h.dtype == ml_dtypes.bfloat16 and h.shape == (16,)
+    assert h.dtype == BF and h.shape == (16,)
     assert h.view(np.uint16)[0] == bits
     assert not h.view(np.uint16)[1:].any()  # silu(0) * 0 = +0
 
@@ -234,10 +226,10 @@ def test_silu_and_mul_bits_and_leading_dims():
 
 
 def test_silu_and_mul_empty_and_validation():
-    assert silu_and_mul(np.zeros((0, 32), ml_dtypes.bfloat16)).shape == (0, 16)
+    assert silu_and_mul(np.zeros((0, 32), BF)).shape == (0, 16)
     assert silu_and_mul(np.zeros((3, 0), np.float16)).shape == (3, 0)
     with pytest.raises(ValueError) as err:
-        silu_and_mul(np.zeros((2, 33), ml_dtypes.bfloat16))
+        silu_and_mul(np.zeros((2, 33), BF))
     assert str(err.value) == "x.shape[-1] = 2N must be even, got 33"
     with pytest.raises(TypeError, match="x must have dtype bfloat16, uint16 \\(bf16 bits\\), float16 or float32, got int8"):
         silu_and_mul(np.zeros((2, 32), np.int8))
@@ -298,7 +290,7 @@ def test_rms_norm_hand_values_round_twice():
     x = row([3, 4])
     w = row([1.0234375] + [1] * 15)
     h = rms_norm(x, w, eps=0.0)
-    assert h.dtype == ml_dtypes.bfloat16
+    assert h.dtype == BF
     np.testing.assert_array_equal(h.view(np.uint16)[:3], [0x401E, 0x404D, 0])
     # eps = 1e-6: rinv = 0.79999974, x * rinv = 2.3999992 still rounds to 2.40625.
     np.testing.assert_array_equal(rms_norm(x, w).view(np.uint16)[:2], [0x401E, 0x404D])
@@ -370,11 +362,8 @@ def test_rms_norm_bits_leading_dims_and_empty():
     assert h.shape == (2, 5, 48)
     np.testing.assert_array_equal(rms_norm(x.view(np.uint16), w.view(np.uint16)), h.view(np.uint16))
     np.testing.assert_array_equal(rms_norm(x.reshape(10, 48), w).reshape(2, 5, 48), h)
-    assert rms_norm(np.zeros((0, 64), ml_dtypes.bfloat16), np.zeros(64, ml_dtypes.bfloat16)).shape == (0, 64)
+    assert rms_norm(np.zeros((0, 64), BF), np.zeros(64, BF)).shape == (0, 64)
     assert rms_norm(np.zeros((4, 0), np.float16), np.zeros(0, np.float16)).shape == (4, 0)
-
-
-BF = ml_dtypes.bfloat16
 
 
 @pytest.mark.parametrize(
