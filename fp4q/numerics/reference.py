@@ -12,6 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .experts import (
+    experts_sf_shape,
+    quantize_nvfp4_batched,
+    quantize_nvfp4_experts,
+    resolve_expert_offsets,
+    silu_and_mul_quantize_nvfp4_batched,
+    silu_and_mul_quantize_nvfp4_experts,
+)
 from .formats import (
     E8M0_BIAS,
     e2m1_decode,
@@ -48,6 +56,12 @@ __all__ = [
     "global_scale",
     "quantize_mxfp4",
     "dequantize_mxfp4",
+    "quantize_nvfp4_experts",
+    "quantize_nvfp4_batched",
+    "silu_and_mul_quantize_nvfp4_experts",
+    "silu_and_mul_quantize_nvfp4_batched",
+    "experts_sf_shape",
+    "resolve_expert_offsets",
 ]
 
 NVFP4_GROUP = 16
