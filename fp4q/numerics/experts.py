@@ -16,9 +16,9 @@ a value either: it resolves bad offsets and counts by the spec's rule, giving th
 kernels must give for any input. What the host can check without reading device memory
 (types, dtypes, shapes) raises, with a message naming the argument, its value and the rule.
 
-The SiLU·mul variants quantize ``h = silu_and_mul(x)`` of the rows they read; the prologue
-is a parameter, so that they are tested (and usable) before the serving reference that
-defines SiLU·mul is in.
+The SiLU·mul variants quantize ``h = silu_and_mul(x)`` of the rows they read. They take the
+prologue as a parameter (the spec's SiLU·mul by default), so that a test can run them over a
+stand-in and compare them with the unfused composition.
 """
 
 from __future__ import annotations
