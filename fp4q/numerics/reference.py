@@ -13,6 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .experts import (
+    experts_sf_shape,
+    quantize_nvfp4_batched,
+    quantize_nvfp4_experts,
+    resolve_expert_offsets,
+    silu_and_mul_quantize_nvfp4_batched,
+    silu_and_mul_quantize_nvfp4_experts,
+)
 from .formats import (
     e2m1_decode,
     e2m1_encode,
@@ -69,6 +77,12 @@ __all__ = [
     "silu_and_mul_quantize_mxfp4",
     "rms_norm_quantize_nvfp4",
     "rms_norm_quantize_mxfp4",
+    "quantize_nvfp4_experts",
+    "quantize_nvfp4_batched",
+    "silu_and_mul_quantize_nvfp4_experts",
+    "silu_and_mul_quantize_nvfp4_batched",
+    "experts_sf_shape",
+    "resolve_expert_offsets",
 ]
 
 NVFP4_GROUP = 16
