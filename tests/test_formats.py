@@ -55,7 +55,7 @@ def test_input_float32_reads_bfloat16_by_name_and_its_bits():
     want = (bits.astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(input_float32(bits), want)
     np.testing.assert_array_equal(input_float32(bits.view(ml_dtypes.bfloat16)), want)
-    with pytest.raises(TypeError, match="x must have dtype bfloat16, uint16 \\(bf16 bits\\) or float16, got int16"):
+    with pytest.raises(TypeError, match="x must have dtype bfloat16, uint16 \\(bf16 bits\\), float16 or float32, got int16"):
         input_float32(bits.view(np.int16))
 
 

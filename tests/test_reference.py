@@ -429,13 +429,13 @@ def test_uint16_bits_equal_bfloat16(tensor_sf):
     np.testing.assert_array_equal(sf_bits, sf_bf)
 
 
-DTYPE_RULE = "bfloat16, uint16 (bf16 bits) or float16"
+DTYPE_RULE = "bfloat16, uint16 (bf16 bits), float16 or float32"
 
 
 @pytest.mark.parametrize(
     "x, exc, message",
     [
-        (np.zeros((2, 16), np.float32), TypeError, f"x must have dtype {DTYPE_RULE}, got float32"),
+        (np.zeros((2, 16), np.float64), TypeError, f"x must have dtype {DTYPE_RULE}, got float64"),
         (np.zeros((2, 16), np.int16), TypeError, f"x must have dtype {DTYPE_RULE}, got int16"),
         ([[0.0] * 16], TypeError, f"x must be a numpy array of {DTYPE_RULE}, got builtins.list"),
         (
@@ -456,8 +456,8 @@ def test_quantize_argument_validation():
     x = np.zeros((2, 16), ml_dtypes.bfloat16)
     with pytest.raises(ValueError) as err:
         quantize_nvfp4(x, 1.0, sf_layout="foo")
-    assert str(err.value) == "sf_layout must be 'swizzled' or 'linear', got 'foo'"
-    with pytest.raises(TypeError, match="tensor_sf must be a Python float or a numpy float32 scalar"):
+    assert str(err.value) == "sf_layout must be 'swizzled', 'linear' or '8x4', got 'foo'"
+    with pytest.raises(ValueError, match="tensor_sf must be a Python float or a numpy float32 scalar"):
         quantize_nvfp4(x, "1.0")
     with pytest.raises(TypeError, match="tensor_sf must be"):
         quantize_nvfp4(x, True)
@@ -673,7 +673,7 @@ def test_mxfp4_validation():
     with pytest.raises(ValueError) as err:
         quantize_mxfp4(np.zeros((2, 32), ml_dtypes.bfloat16), mode="ceil")
     assert str(err.value) == "mode must be 'rceil' or 'floor', got 'ceil'"
-    with pytest.raises(ValueError, match="sf_layout must be 'swizzled' or 'linear', got 'row'"):
+    with pytest.raises(ValueError, match="sf_layout must be 'swizzled', 'linear' or '8x4', got 'row'"):
         quantize_mxfp4(np.zeros((2, 32), ml_dtypes.bfloat16), sf_layout="row")
     with pytest.raises(ValueError, match="K = 2 \\* q.shape\\[-1\\] must be a multiple of 32, got 16"):
         dequantize_mxfp4(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), sf_layout="linear")

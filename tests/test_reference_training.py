@@ -17,6 +17,7 @@ from helpers import edge_groups, mixed_groups
 
 from fp4q.numerics.formats import (R6, e2m1_decode, e2m1_encode, e4m3_decode, e4m3_encode, input_float32,
                                    round_to, unpack_nibbles)
+from fp4q.numerics import reference
 from fp4q.numerics.layouts import unswizzle_sf
 from fp4q.numerics.philox import group_random_words
 from fp4q.numerics.reference import (
@@ -593,7 +594,7 @@ def test_empty_inputs(shape, options):
         ((16, 16), {"seed": 1.5}, TypeError, "seed must be an int, got 1.5 of type float"),
         ((16, 16), {"stochastic": 1}, TypeError, "stochastic must be a bool, got 1 of type int"),
         ((16, 16), {"four_over_six": "yes"}, TypeError, "four_over_six must be a bool, got 'yes'"),
-        ((16, 16), {"sf_layout": "tiled"}, ValueError, "sf_layout must be 'swizzled' or 'linear', got 'tiled'"),
+        ((16, 16), {"sf_layout": "tiled"}, ValueError, "sf_layout must be 'swizzled', 'linear' or '8x4', got 'tiled'"),
         ((16, 24), {}, ValueError, "K must be a multiple of 16, got 24"),
     ],
 )
@@ -603,9 +604,15 @@ def test_quantize_training_rejects_bad_arguments(shape, kwargs, error, message):
         quantize_nvfp4_training(np.zeros(shape, ml_dtypes.bfloat16), **kwargs)
 
 
-def test_quantize_training_rejects_float32_input():
-    with pytest.raises(TypeError, match="x must have dtype bfloat16, uint16 \\(bf16 bits\\) or float16, got float32"):
-        quantize_nvfp4_training(np.zeros((16, 16), np.float32), 1.0)
+def test_quantize_training_takes_float32_input_as_quantize_nvfp4_does():
+    # float32 master weights, as QAT keeps them: rowwise is quantize_nvfp4 of the same values.
+    x = np.random.default_rng(5).standard_normal((32, 64)).astype(np.float32)
+    got = quantize_nvfp4_training(x, 3.0, columnwise=False)
+    want_q, want_sf = reference.quantize_nvfp4(x, 3.0)
+    np.testing.assert_array_equal(got.q, want_q)
+    np.testing.assert_array_equal(got.sf, want_sf)
+    with pytest.raises(TypeError, match="x must have dtype bfloat16, uint16 \\(bf16 bits\\), float16 or float32, got int8"):
+        quantize_nvfp4_training(np.zeros((16, 16), np.int8), 1.0)
 
 
 @pytest.mark.parametrize(

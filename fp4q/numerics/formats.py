@@ -20,8 +20,10 @@ R6 = np.array(0x3E2AAAAB, dtype=np.uint32).view(np.float32)[()]  # float32(1/6)
 E4M3_MAX = np.float32(448)
 E8M0_BIAS = 127
 
-# The 16-bit inputs by numpy's dtype name: ml_dtypes' bfloat16, its bits as uint16, float16.
-INPUT_DTYPE_NAMES = ("bfloat16", "uint16", "float16")
+# The inputs by numpy's dtype name: ml_dtypes' bfloat16, its bits as uint16, float16, and
+# float32 (torchao quantizes float32 weights).
+INPUT_DTYPE_NAMES = ("bfloat16", "uint16", "float16", "float32")
+INPUT_DTYPE_RULE = "bfloat16, uint16 (bf16 bits), float16 or float32"
 # The storage dtypes float32 results are rounded to (``round_to``).
 VALUE_DTYPES = ("float32", "bfloat16", "float16")
 BF16_CANONICAL_NAN = 0x7FFF  # what cvt.rn.bf16.f32 writes for any NaN
@@ -146,19 +148,28 @@ def e8m0_decode(sf: np.ndarray) -> np.ndarray:
 
 
 def input_float32(x, name: str = "x") -> np.ndarray:
-    """``x`` (bf16, bf16 bits as uint16, or fp16) as float32, exactly."""
+    """``x`` (bf16, bf16 bits as uint16, fp16 or float32) as float32, exactly; a float32
+    ``x`` is returned as is."""
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array of bfloat16, uint16 (bf16 bits) or float16, "
+        raise TypeError(f"{name} must be a numpy array of {INPUT_DTYPE_RULE}, "
                         f"got {type(x).__module__}.{type(x).__name__}")
     if x.ndim < 1:
         raise ValueError(f"{name} must have rank >= 1 (shape (..., K)), got shape {x.shape}")
     dtype = x.dtype.name
+    if dtype not in INPUT_DTYPE_NAMES:
+        raise TypeError(f"{name} must have dtype {INPUT_DTYPE_RULE}, got {x.dtype}")
+    if dtype == "float32":
+        return x
     if dtype == "float16":
         return x.astype(np.float32)
-    if dtype not in INPUT_DTYPE_NAMES:
-        raise TypeError(f"{name} must have dtype bfloat16, uint16 (bf16 bits) or float16, got {x.dtype}")
     # bf16 is the top half of a float32, so widening the bits is the exact conversion.
     return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def value_dtype(x: np.ndarray) -> str:
+    """The ``round_to`` dtype of an input accepted by ``input_float32``: what a result
+    computed from ``x`` is stored as (bf16 bits for either bf16 spelling)."""
+    return {"uint16": "bfloat16"}.get(x.dtype.name, x.dtype.name)
 
 
 def round_to(y: np.ndarray, dtype: str) -> np.ndarray:

@@ -13,7 +13,10 @@ import numpy as np
 from . import layouts
 from .formats import R6, e2m1_encode, e4m3_decode, e4m3_encode
 
-SF_LAYOUTS = ("swizzled", "linear")
+SF_LAYOUTS = ("swizzled", "linear", "8x4")
+# The spec's global scale: min(2688 / amax, 2**100), so that 6 * 448 maps to the tensor's amax.
+GLOBAL_SCALE_NUMERATOR = np.float32(448 * 6)
+GLOBAL_SCALE_MAX = np.float32(2.0**100)
 
 
 def require_codes_array(a, name: str) -> None:
@@ -31,7 +34,7 @@ def require_choice(value, name: str, choices, error: type[Exception] = ValueErro
     naming the argument, the value and the choices."""
     if not any(type(value) is type(c) and value == c for c in choices):
         names = [repr(c) for c in choices]
-        allowed = " or ".join(names) if len(names) <= 2 else f"one of {', '.join(names)}"
+        allowed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
         raise error(f"{name} must be {allowed}, got {value!r}")
 
 
@@ -56,9 +59,11 @@ def tensor_sf_float32(tensor_sf) -> np.float32:
 
 
 def scales_out(sf_linear: np.ndarray, lead: tuple, sf_layout: str) -> np.ndarray:
-    """Scale bytes ``(M, G)`` in ``sf_layout``: ``lead + (G,)`` linear, or swizzled."""
+    """Scale bytes ``(M, G)`` in ``sf_layout``: ``lead + (G,)`` linear, swizzled, or 8x4."""
     if sf_layout == "linear":
         return sf_linear.reshape(lead + sf_linear.shape[-1:])
+    if sf_layout == "8x4":
+        return layouts.swizzle_sf_8x4(sf_linear)
     return layouts.swizzle_sf(sf_linear)
 
 
@@ -68,6 +73,8 @@ def scales_in(sf, lead: tuple, groups: int, sf_layout: str) -> np.ndarray:
     m = math.prod(lead)
     if sf_layout == "swizzled":
         return layouts.unswizzle_groups(sf, m, groups)
+    if sf_layout == "8x4":
+        return layouts.unswizzle_groups_8x4(sf, m, groups)
     if sf.shape != lead + (groups,):
         raise ValueError(f"sf must have shape q.shape[:-1] + (G,) = {lead + (groups,)} for "
                          f"sf_layout='linear', got {sf.shape}")
@@ -78,6 +85,14 @@ def group_amax(xg: np.ndarray) -> np.ndarray:
     """Spec step 2: NaN-ignoring max of |x| over the last axis; 0 for an all-NaN (or empty) group."""
     # fmax drops NaN like the kernels' fmaxf; the 0 start value makes all-NaN groups 0.
     return np.fmax.reduce(np.abs(xg), axis=-1, initial=np.float32(0))
+
+
+def global_scale_of_amax(amax):
+    """Spec "Global scale" of float32 ``amax`` (a scalar or an array): ``min(2688 / amax,
+    2**100)`` correctly rounded, and 1.0 where ``amax`` is 0 or not finite."""
+    with np.errstate(all="ignore"):
+        scale = np.minimum(GLOBAL_SCALE_NUMERATOR / amax, GLOBAL_SCALE_MAX)
+    return np.where((amax == 0) | ~np.isfinite(amax), np.float32(1), scale).astype(np.float32)
 
 
 def nvfp4_multipliers(sf: np.ndarray, tsf) -> tuple[np.ndarray, np.ndarray]:

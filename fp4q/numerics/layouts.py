@@ -1,9 +1,14 @@
-"""Scale-factor layouts of NVFP4_SPEC.md: linear ``(M, G)`` and swizzled.
+"""Scale-factor layouts of NVFP4_SPEC.md: linear ``(M, G)``, swizzled and 8x4.
 
 The swizzled layout is the 128x4 tiling that cuBLAS, TensorRT-LLM and vLLM
 block-scaled GEMMs read: scale ``(m, j)`` sits at
 ``[m // 128, j // 4, m % 32, (m % 128) // 32, j % 4]`` of an array of shape
 ``(ceil(M/128), ceil(G/4), 32, 4, 4)``, and every padding byte is 0x00.
+
+The 8x4 layout is FlashInfer's ``SfLayout.layout_8x4`` (TensorRT-LLM's
+``SWIZZLED_8x4``), which pads the rows to 8 instead of 128 for small batches:
+scale ``(m, j)`` sits at ``[m // 8, j // 4, m % 8, j % 4]`` of an array of shape
+``(ceil(M/8), ceil(G/4), 8, 4)``, padding bytes 0x00.
 
 The conversions work on numpy and cupy arrays alike and stay on the array's
 device; cupy is only looked up when a cupy array is passed in, so numpy users
@@ -20,11 +25,14 @@ import numpy as np
 
 from .formats import GROUP_SIZE
 
-__all__ = ["swizzled_sf_shape", "swizzled_sf_offset", "swizzle_sf", "unswizzle_sf"]
+__all__ = ["swizzled_sf_shape", "swizzled_sf_offset", "swizzle_sf", "unswizzle_sf",
+           "sf_8x4_shape", "sf_8x4_offset", "swizzle_sf_8x4", "unswizzle_sf_8x4"]
 
 ROWS_PER_TILE = 128
 GROUPS_PER_TILE = 4
 TILE_BYTES = 512
+ROWS_PER_TILE_8X4 = 8
+TILE_BYTES_8X4 = ROWS_PER_TILE_8X4 * GROUPS_PER_TILE
 
 
 def _array_module(a, name):
@@ -105,12 +113,7 @@ def swizzled_sf_shape(m: int, k: int, fmt: str = "nvfp4") -> tuple:
     return block_shape(m, _groups(k, fmt))
 
 
-def swizzled_sf_offset(m, j, groups):
-    """Byte offset of scale ``(m, j)`` in the swizzled layout for ``groups`` scales per row.
-
-    ``m`` and ``j`` are ints or integer arrays (numpy or cupy; broadcast
-    together); the result is an int or an int64 array.
-    """
+def _offset_args(m, j, groups):
     groups = _count(groups, "groups")
     m = _index(m, "m")
     j = _index(j, "j")
@@ -120,7 +123,16 @@ def swizzled_sf_offset(m, j, groups):
         raise ValueError(
             f"j must satisfy 0 <= j < groups={groups}, got {_first(j, (j < 0) | (j >= groups))}"
         )
-    tiles_per_row_block = -(-groups // GROUPS_PER_TILE)
+    return m, j, -(-groups // GROUPS_PER_TILE)
+
+
+def swizzled_sf_offset(m, j, groups):
+    """Byte offset of scale ``(m, j)`` in the swizzled layout for ``groups`` scales per row.
+
+    ``m`` and ``j`` are ints or integer arrays (numpy or cupy; broadcast
+    together); the result is an int or an int64 array.
+    """
+    m, j, tiles_per_row_block = _offset_args(m, j, groups)
     return (
         ((m // ROWS_PER_TILE) * tiles_per_row_block + j // GROUPS_PER_TILE) * TILE_BYTES
         + (m % 32) * 16
@@ -169,3 +181,64 @@ def unswizzle_sf(swizzled, m: int, k: int, fmt: str = "nvfp4"):
     """The swizzled scales of an ``m x k`` input quantized to ``fmt`` as a contiguous
     ``(m, k // 16)`` (NVFP4) or ``(m, k // 32)`` (MXFP4) uint8 array on the same device."""
     return unswizzle_groups(swizzled, m, _groups(k, fmt))
+
+
+def block_shape_8x4(m: int, groups: int) -> tuple:
+    """Shape ``(ceil(m/8), ceil(groups/4), 8, 4)`` of the 8x4 scales of ``groups`` scales per row."""
+    m = _count(m, "m")
+    groups = _count(groups, "groups")
+    return (-(-m // ROWS_PER_TILE_8X4), -(-groups // GROUPS_PER_TILE), ROWS_PER_TILE_8X4, GROUPS_PER_TILE)
+
+
+def sf_8x4_shape(m: int, k: int, fmt: str = "nvfp4") -> tuple:
+    """Shape of the 8x4 scales of an ``m x k`` input quantized to ``fmt``."""
+    return block_shape_8x4(m, _groups(k, fmt))
+
+
+def sf_8x4_offset(m, j, groups):
+    """Byte offset of scale ``(m, j)`` in the 8x4 layout for ``groups`` scales per row:
+    ``((m // 8) * ceil(groups/4) + j // 4) * 32 + (m % 8) * 4 + j % 4``. Arguments and
+    result as for ``swizzled_sf_offset``."""
+    m, j, tiles_per_row_block = _offset_args(m, j, groups)
+    return (
+        ((m // ROWS_PER_TILE_8X4) * tiles_per_row_block + j // GROUPS_PER_TILE) * TILE_BYTES_8X4
+        + (m % ROWS_PER_TILE_8X4) * GROUPS_PER_TILE
+        + j % GROUPS_PER_TILE
+    )
+
+
+def swizzle_sf_8x4(linear):
+    """Linear uint8 scales of shape ``(..., G)`` to the 8x4 layout: a new contiguous uint8
+    array of shape ``block_shape_8x4(M, G)`` on the input's device, padding bytes 0x00."""
+    xp = _array_module(linear, "linear")
+    _require_uint8(linear, "linear")
+    if linear.ndim < 1:
+        raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
+    groups = linear.shape[-1]
+    m = math.prod(linear.shape[:-1])
+    row_tiles, group_tiles = block_shape_8x4(m, groups)[:2]
+    padded = xp.zeros((row_tiles * ROWS_PER_TILE_8X4, group_tiles * GROUPS_PER_TILE), dtype=xp.uint8)
+    padded[:m, :groups] = linear.reshape(m, groups)
+    # Padded row m = 8*a + c and group j = 4*b + e land at [a, b, c, e].
+    tiled = padded.reshape(row_tiles, ROWS_PER_TILE_8X4, group_tiles, GROUPS_PER_TILE)
+    return xp.ascontiguousarray(tiled.transpose(0, 2, 1, 3))
+
+
+def unswizzle_groups_8x4(tiled, m: int, groups: int):
+    """8x4 scales of ``groups`` scales per row back to a contiguous ``(m, groups)`` uint8
+    array on the same device."""
+    xp = _array_module(tiled, "tiled")
+    _require_uint8(tiled, "tiled")
+    expected = block_shape_8x4(m, groups)
+    if tuple(tiled.shape) != expected:
+        raise ValueError(f"tiled must have shape {expected} for m={m}, groups={groups}, "
+                         f"got {tuple(tiled.shape)}")
+    row_tiles, group_tiles = expected[:2]
+    padded = tiled.transpose(0, 2, 1, 3).reshape(row_tiles * ROWS_PER_TILE_8X4, group_tiles * GROUPS_PER_TILE)
+    return xp.ascontiguousarray(padded[:m, :groups])
+
+
+def unswizzle_sf_8x4(tiled, m: int, k: int, fmt: str = "nvfp4"):
+    """The 8x4 scales of an ``m x k`` input quantized to ``fmt`` as a contiguous
+    ``(m, k // 16)`` (NVFP4) or ``(m, k // 32)`` (MXFP4) uint8 array on the same device."""
+    return unswizzle_groups_8x4(tiled, m, _groups(k, fmt))

@@ -5,42 +5,54 @@ the spec's formulas literally, for any input (NaN, Inf, subnormals, and any
 float32 ``tensor_sf``, with no range check). All arithmetic is numpy float32,
 which is IEEE round-to-nearest-even without denormal flushing, as the spec
 requires. The element formats are in ``formats``, the steps every quantizer
-shares in ``groups``.
+shares in ``groups``; the quantizers (of ``x`` and fused after SiLU·mul or
+RMSNorm) in ``serving`` and their float32 prologues in ``prologues``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .experts import (
+    experts_sf_shape,
+    quantize_nvfp4_batched,
+    quantize_nvfp4_experts,
+    resolve_expert_offsets,
+    silu_and_mul_quantize_nvfp4_batched,
+    silu_and_mul_quantize_nvfp4_experts,
+)
 from .formats import (
-    E8M0_BIAS,
     e2m1_decode,
     e2m1_encode,
     e4m3_decode,
     e4m3_encode,
     e8m0_decode,
-    e8m0_exponent,
     input_float32,
-    pack_nibbles,
     round_to,
     unpack_nibbles,
 )
 from .groups import (
     SF_LAYOUTS,
-    group_amax,
     nvfp4_multipliers,
-    quantize_groups,
     require_choice,
     require_codes_array,
     row_groups,
     scales_in,
-    scales_out,
     tensor_sf_float32,
 )
 from .hadamard import TE_WGRAD_SIGN_MASK, hadamard16
 from .philox import philox4x32_10
 from .stochastic import e2m1_encode_stochastic
 from .training import NVFP4TrainingQuantized, fake_quantize_nvfp4, quantize_nvfp4_training
+from .prologues import rms_norm, silu_and_mul
+from .serving import (
+    quantize_mxfp4,
+    quantize_nvfp4,
+    rms_norm_quantize_mxfp4,
+    rms_norm_quantize_nvfp4,
+    silu_and_mul_quantize_mxfp4,
+    silu_and_mul_quantize_nvfp4,
+)
 
 __all__ = [
     "e2m1_encode",
@@ -59,29 +71,24 @@ __all__ = [
     "e2m1_encode_stochastic",
     "hadamard16",
     "TE_WGRAD_SIGN_MASK",
+    "silu_and_mul",
+    "rms_norm",
+    "silu_and_mul_quantize_nvfp4",
+    "silu_and_mul_quantize_mxfp4",
+    "rms_norm_quantize_nvfp4",
+    "rms_norm_quantize_mxfp4",
+    "quantize_nvfp4_experts",
+    "quantize_nvfp4_batched",
+    "silu_and_mul_quantize_nvfp4_experts",
+    "silu_and_mul_quantize_nvfp4_batched",
+    "experts_sf_shape",
+    "resolve_expert_offsets",
 ]
 
 NVFP4_GROUP = 16
 MXFP4_GROUP = 32
-MX_MODES = ("rceil", "floor")
 OUT_DTYPES = ("bfloat16", "float32")
 DEFAULT_OUT_DTYPE = "bfloat16"  # as fp4q.dequantize_nvfp4 / dequantize_mxfp4
-
-
-def quantize_nvfp4(x, tensor_sf, sf_layout="swizzled"):
-    """Quantize ``x`` of shape ``(..., K)`` to NVFP4: returns ``(q, sf)``.
-
-    ``q``: uint8 ``(..., K // 2)``, element 2i in the low nibble of byte i.
-    ``sf``: e4m3 bytes, ``(..., K // 16)`` for ``sf_layout="linear"`` or
-    ``swizzled_sf_shape(M, K)`` for ``"swizzled"``.
-    """
-    xf = input_float32(x)
-    k = xf.shape[-1]
-    lead, m, groups = row_groups(xf.shape, k, NVFP4_GROUP, "K")
-    require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
-    codes, sf = quantize_groups(xf.reshape(m, groups, NVFP4_GROUP), tensor_sf_float32(tensor_sf))
-    q = pack_nibbles(codes.reshape(m, k)).reshape(lead + (k // 2,))
-    return q, scales_out(sf, lead, sf_layout)
 
 
 def dequantize_nvfp4(q, sf, tensor_sf, sf_layout="swizzled", dtype=DEFAULT_OUT_DTYPE):
@@ -107,24 +114,6 @@ def global_scale(x):
         return np.float32(1)
     with np.errstate(over="ignore"):
         return np.minimum(np.float32(2688) / amax, np.float32(2.0**100))
-
-
-def quantize_mxfp4(x, mode="rceil", sf_layout="swizzled"):
-    """Quantize ``x`` of shape ``(..., K)`` to MXFP4 (groups of 32, e8m0 scales): ``(q, sf)``."""
-    xf = input_float32(x)
-    k = xf.shape[-1]
-    lead, m, groups = row_groups(xf.shape, k, MXFP4_GROUP, "K")
-    require_choice(mode, "mode", MX_MODES)
-    require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
-    xg = xf.reshape(m, groups, MXFP4_GROUP)
-    e = e8m0_exponent(group_amax(xg), mode)
-    # 2**-e for e in [-127, 127] is a float32 (2**-127 a subnormal), so this is exact.
-    scale = np.ldexp(1.0, -e).astype(np.float32)
-    with np.errstate(all="ignore"):
-        codes = e2m1_encode(xg * scale[..., None])
-    q = pack_nibbles(codes.reshape(m, k)).reshape(lead + (k // 2,))
-    sf = (e + E8M0_BIAS).astype(np.uint8)
-    return q, scales_out(sf, lead, sf_layout)
 
 
 def dequantize_mxfp4(q, sf, sf_layout="swizzled", dtype=DEFAULT_OUT_DTYPE):
