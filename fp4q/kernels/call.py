@@ -15,13 +15,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..numerics.formats import FORMATS
-from ..numerics.groups import SF_LAYOUTS
-from ..numerics.reference import MX_MODES, OUT_DTYPES
+from ..numerics.formats import FORMATS, MX_MODES
+from ..numerics.reference import OUT_DTYPES
 from .archs import check_arch
 from .rules import check_choice, require
 
 INPUT_DTYPES = ("bfloat16", "float16")
+# The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
+SF_LAYOUTS = ("swizzled", "linear")
 # How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
 # its kernels take the by-value argument and never read it.
 TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}

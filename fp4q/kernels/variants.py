@@ -11,11 +11,10 @@ dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
 
 from __future__ import annotations
 
-from ..numerics.formats import FORMATS
-from ..numerics.groups import SF_LAYOUTS
-from ..numerics.reference import MX_MODES, OUT_DTYPES
+from ..numerics.formats import FORMATS, MX_MODES
+from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import INPUT_DTYPES, TENSOR_SF_MODES
+from .call import INPUT_DTYPES, SF_LAYOUTS, TENSOR_SF_MODES
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig

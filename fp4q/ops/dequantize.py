@@ -15,7 +15,7 @@ from ..jit.loader import get_kernel
 from ..kernels.archs import target
 from ..kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from ..kernels.walk import unit_divisor
-from ..numerics.groups import SF_LAYOUTS
+from ..kernels.call import SF_LAYOUTS
 from ..numerics.reference import DEFAULT_OUT_DTYPE, OUT_DTYPES
 from .arrays import Q_DTYPES
 from .checks import RowsView

@@ -16,8 +16,8 @@ from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
 from ..kernels.walk import unit_divisor
-from ..numerics.groups import SF_LAYOUTS
-from ..numerics.reference import MX_MODES
+from ..kernels.call import SF_LAYOUTS
+from ..numerics.formats import MX_MODES
 from .checks import RowsView
 from .declare import DYNAMIC, Array, Choice, Op, TensorScale
 from .global_scale import ScaleLaunch, X
