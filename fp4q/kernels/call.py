@@ -23,6 +23,8 @@ from .rules import check_choice, require
 INPUT_DTYPES = ("bfloat16", "float16")
 # The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
 SF_LAYOUTS = ("swizzled", "linear")
+# What a quantize kernel computes from x before quantizing it (none: x itself).
+PROLOGUES = ("none", "silu_mul")
 # How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
 # its kernels take the by-value argument and never read it.
 TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
@@ -41,10 +43,12 @@ class CallFields:
     tensor_sf_mode: str = "value"
     input_dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
+    prologue: str = "none"
     arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
         check_arch(self.arch)
+        check_choice("prologue", self.prologue, PROLOGUES)
         check_choice("fmt", self.fmt, FORMATS)
         check_choice("mx_mode", self.mx_mode, MX_MODES)
         check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)

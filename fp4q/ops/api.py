@@ -12,12 +12,14 @@ from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
 from .engine import plan_of, run
 from .entry import function
+from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
 from .global_scale import GLOBAL_SCALE
 from .outputs import cupy_outputs
 from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, resolve_config
 
 # Every public op, in the order the documentation lists them.
-OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
+                       DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
 
 _BODY = "    return run(OP, ARGS, ALLOCATE)\n"
 _FUNCTIONS = {op.name: function(op, _BODY, {"run": run, "ALLOCATE": cupy_outputs}) for op in OPS}
@@ -27,6 +29,8 @@ quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]
 dequantize_nvfp4 = _FUNCTIONS["dequantize_nvfp4"]
 dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
 global_scale = _FUNCTIONS["global_scale"]
+silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
+silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
 
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,

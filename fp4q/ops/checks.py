@@ -64,11 +64,13 @@ class RowsView:
         return (ptr, ptr + self.itemsize * ((self.rows - 1) * self.row_stride + self.width))
 
 
-def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, group: int, rule: str) -> RowsView:
+def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, group: int, rule: str,
+              halves: bool = False) -> RowsView:
     """The rules of every row-major input, in the order of their messages: dtype,
-    ``K = k_per_element * shape[-1]`` a multiple of ``group`` (``rule`` says for
-    what), the row count, the last dimension contiguous, rows not overlapping,
-    the leading dimensions flattening with one stride. A 1-D input is one row."""
+    ``K = k_per_element * shape[-1]`` (``shape[-1] // 2`` with ``halves``: the row holds
+    two halves of K values each) a multiple of ``group`` (``rule`` says for what), the
+    row count, the last dimension contiguous, rows not overlapping, the leading
+    dimensions flattening with one stride. A 1-D input is one row."""
     _, _, shape, dtype, device, _ = a
     if dtype not in dtypes:
         raise TypeError(f"{name} must hold {what}, got dtype {dtype}")
@@ -79,6 +81,10 @@ def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, grou
     width = shape[-1]
     k = k_per_element * width
     k_is = f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of {name})"
+    if halves:
+        if width % 2:
+            raise ValueError(f"the last dimension of {name} (2N: two halves) must be even, got {width}")
+        k, k_is = width // 2, f"N (half the last dimension of {name})"
     if k % group:
         raise ValueError(f"{k_is} must be a multiple of {group}{rule}, got {k}")
     if k > MAX_K:

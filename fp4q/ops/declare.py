@@ -49,18 +49,25 @@ class Rows:
     """The main input: a row-major array ``(..., W)`` whose leading dimensions flatten to
     rows, the last contiguous. ``dtypes`` maps each accepted dtype to what the kernel
     config's ``field`` (if any) takes for it; ``what`` names them in messages; K (the
-    values per row) is ``per_element * W`` and must be a multiple of the format's group."""
+    values per row) is ``per_element * W``, or ``W // 2`` with ``halves`` (a row holds
+    two operands of K values each, as SiLU·mul's gate and up), and must be a multiple
+    of the format's group."""
 
     name: str
     dtypes: Mapping[str, str]
     what: str
     per_element: int = 1
     field: str | None = None
+    halves: bool = False
     doc: str = ""
 
     def view(self, a: Operand, op: "Op") -> RowsView:
         return rows_view(a, self.name, self.dtypes, self.what, self.per_element, GROUP_SIZE[op.fmt],
-                         f" for {op.name}")
+                         f" for {op.name}", self.halves)
+
+    def k(self, view: RowsView) -> int:
+        """K, the values per row of what is quantized."""
+        return view.width // 2 if self.halves else self.per_element * view.width
 
     def extent(self, g: Geometry) -> Extent:
         v = g.view
@@ -166,7 +173,8 @@ class Op:
     """One public operation: ``main`` (the input its kernels walk by rows), further
     ``inputs``, its ``tensor_scale`` (NVFP4 ops), keyword ``options``, and its ``outputs``
     in the order returned; ``fmt`` is the format whose group K must be a multiple of;
-    ``kernels`` chooses and launches its kernels. ``out_keywords``: the caller may pass
+    ``kernels`` chooses and launches its kernels; ``call``: kernel config fields the op
+    fixes (``kernels.call.CallFields``: its prologue). ``out_keywords``: the caller may pass
     the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config."""
 
     name: str
@@ -179,6 +187,7 @@ class Op:
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
     options: tuple[Choice, ...] = ()
+    call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
     slots: tuple[tuple[str, str], ...] = field(init=False)
@@ -211,4 +220,4 @@ class Op:
         """The rules on the options and the main input, in the order of their messages."""
         values = self.option_values(options)
         view = self.main.view(main, self)
-        return Geometry(view, self.fmt, self.main.per_element * view.width, values)
+        return Geometry(view, self.fmt, self.main.k(view), values)

@@ -59,7 +59,7 @@ class Plan:
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)
         # The kernel configs' call fields these options and this input fix.
         self.call = {c.field: g.options[c.name] for c in op.options if c.field is not None}
-        self.call["fmt"] = op.fmt
+        self.call.update(op.call, fmt=op.fmt)
         if op.main.field is not None:
             self.call[op.main.field] = op.main.dtypes[view.dtype]
         self.align_mask = view.itemsize - 1

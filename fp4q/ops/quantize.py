@@ -25,6 +25,8 @@ from .plans import NO_LAUNCH, KernelLaunch
 
 SF_LAYOUT = Choice("sf_layout", SF_LAYOUTS, "swizzled", "sf_layout",
                    doc='``"swizzled"`` (the 128x4 layout block-scaled GEMMs read) or ``"linear"``')
+MX_MODE = Choice("mode", MX_MODES, "rceil", "mx_mode", doc='the scale exponent\'s rounding, ``"rceil"`` or '
+                                                          '``"floor"``')
 OUT = Array("out", "codes", doc="packed e2m1 pairs, uint8 ``(..., K // 2)``: element ``2i`` in the low nibble "
                                 "of byte ``i``")
 # Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
@@ -207,8 +209,7 @@ two ``2**e``); ``mode`` picks the exponent: ``"rceil"`` (the smallest ``e`` with
 (linear). No tensor scale.""",
     fmt="mxfp4",
     main=X,
-    options=(Choice("mode", MX_MODES, "rceil", "mx_mode", doc='the scale exponent\'s rounding, ``"rceil"`` or '
-                                                             '``"floor"``'), SF_LAYOUT),
+    options=(MX_MODE, SF_LAYOUT),
     outputs=(OUT, Array("sf_out", "scales", doc="e8m0 scale bytes in ``sf_layout``")),
     kernels=KERNELS,
 )
