@@ -50,9 +50,9 @@ def _registered_ops(op: Op) -> dict[tuple[str, bool], tuple]:
     return table
 
 
-_REGISTERED = {op: _registered_ops(op) for op in OPS}
+_REGISTERED = {op.name: _registered_ops(op) for op in OPS}
 # Options whose values may be torch dtypes, passed to the schema by name.
-_DTYPE_OPTIONS = {op: tuple(i for i, c in enumerate(op.options) if c.name == "dtype") for op in OPS}
+_DTYPE_OPTIONS = {op.name: tuple(i for i, c in enumerate(op.options) if c.name == "dtype") for op in OPS}
 
 
 @torch.compiler.disable
@@ -63,7 +63,7 @@ def _eager(op: Op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4
 
 def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
     """A wrapper's call: the registered op that fits its arguments."""
-    for i in _DTYPE_OPTIONS[op]:
+    for i in _DTYPE_OPTIONS[op.name]:
         if isinstance(options[i], torch.dtype):
             options = (*options[:i], str(options[i]).removeprefix("torch."), *options[i + 1:])
     if stream is not None or config is not None:
@@ -78,7 +78,7 @@ def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, s
         kind = "dynamic"
     else:
         kind, scale = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float"), (tensor_sf,)
-    table = _REGISTERED[op]
+    table = _REGISTERED[op.name]
     if all(b is None for b in buffers):
         registered, sig = table[(kind, False)]
         return registered(*inputs, *scale, *options, pdl, *((fp4_dtype,) if sig.fp4 else ()))
