@@ -64,8 +64,12 @@ def _eager(op: Op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4
 def dispatch(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
     """A wrapper's call: the registered op that fits its arguments."""
     for i in _DTYPE_OPTIONS[op.name]:
-        if isinstance(options[i], torch.dtype):
-            options = (*options[:i], str(options[i]).removeprefix("torch."), *options[i + 1:])
+        value, choices = options[i], op.options[i].choices
+        name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+        if type(name) is not str or name not in choices:  # the rule with both spellings it takes
+            raise ValueError(f"{op.options[i].name} must be {', '.join(map(repr, choices))}, "
+                             f"{' or '.join(f'torch.{c}' for c in choices)}, got {value!r}")
+        options = (*options[:i], name, *options[i + 1:])
     if stream is not None or config is not None:
         return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
     scale: tuple = ()
