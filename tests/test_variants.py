@@ -225,6 +225,12 @@ def test_chosen_configs_are_shipped(arch, m, k):
                             assert call in shipped, call
 
 
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_the_test_kernel_is_not_shipped(arch):
+    # The numerics probe builds only for the tests (tests/probe.py): no variant of the package is it.
+    assert not [name for name, cfg in all_variants(arch).items() if "probe" in name or "probe" in cfg.spec.name]
+
+
 def test_all_variants_rejects_unknown_arch():
     with pytest.raises(ConfigError, match="arch must be one of"):
         all_variants("sm_89")
