@@ -86,9 +86,9 @@ def test_device_tensor_sf_outside_range_follows_formulas(tensor_sf):
         _run_and_check(x, tensor_sf, layout, device_sf=True, config=SimtConfig())
 
 
-# quantize_nvfp4 takes the 16-element configs; the MXFP4 ones are checked through quantize_mxfp4 below.
-VARIANTS = {name: cfg for name, cfg in {**SHIPPED, **SIMT}.items() if cfg.sf_vec_size == 16}
-MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.sf_vec_size == 32}
+# quantize_nvfp4 takes the NVFP4 configs; the MXFP4 ones are checked through quantize_mxfp4 below.
+VARIANTS = {name: cfg for name, cfg in {**SHIPPED, **SIMT}.items() if cfg.fmt == "nvfp4"}
+MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.fmt == "mxfp4"}
 
 
 @gpu

@@ -169,7 +169,7 @@ def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG"}
     assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
     assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
-    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
+    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.fmt == 'mxfp4' else 'false'};" in src
 
 
 def test_render_without_setmaxnreg_has_no_register_constants():

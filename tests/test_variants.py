@@ -138,7 +138,7 @@ def expected_bases(arch):
         choosable = []
     for cfg in choosable + [c.replace(arch=arch) for c in SIMT.values()]:
         for dtype in ("bfloat16", "float16"):
-            for mode in ("rceil", "floor") if cfg.sf_vec_size == 32 else ("rceil",):
+            for mode in ("rceil", "floor") if cfg.fmt == "mxfp4" else ("rceil",):
                 out.add(cfg.replace(input_dtype=dtype, mx_mode=mode))
     return out
 
@@ -149,7 +149,7 @@ def test_all_variants(arch):
     want = set()
     for cfg in expected_bases(arch):
         for layout in ("swizzled", "linear"):
-            for mode in ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",):
+            for mode in ("value", "pointer") if cfg.fmt == "nvfp4" else ("value",):
                 want.add(cfg.replace(sf_layout=layout, tensor_sf_mode=mode))
     assert set(out.values()) == want
     assert len(set(out.values())) == len(out)
