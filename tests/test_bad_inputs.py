@@ -242,7 +242,7 @@ def test_no_gpu_error_comes_before_any_rule_on_a_host_array(monkeypatch):
                  lambda: fp4q.global_scale([[0] * K] * M)):
         with pytest.raises(fp4q.NoGpuError, match=r"^fp4q needs an NVIDIA GPU and driver: the reason the probe gave$"):
             call()
-    assert issubclass(fp4q.NoGpuError, fp4q.CudaError)
+    assert issubclass(fp4q.NoGpuError, fp4q.CudaError) and "NoGpuError" in fp4q.__all__
 
 
 @HOST_XS
