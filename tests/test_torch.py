@@ -115,6 +115,22 @@ def test_schemas_lists_every_registered_op():
         assert "mode" in arguments and "mx_mode" not in arguments, arguments
 
 
+@pytest.mark.parametrize("name", ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4",
+                                  "global_scale"])
+def test_wrappers_take_the_cupy_apis_arguments_plus_fp4_dtype_where_they_return_codes(name):
+    import inspect
+
+    cupy_api = inspect.signature(getattr(fp4q, name))
+    wrapper = inspect.signature(getattr(ft, name))
+    extra = ["fp4_dtype"] if name.startswith("quantize") else []
+    assert list(wrapper.parameters) == list(cupy_api.parameters) + extra
+    for parameter in cupy_api.parameters.values():
+        assert wrapper.parameters[parameter.name] == parameter
+    if extra:
+        assert wrapper.parameters["fp4_dtype"].default is False
+    assert getattr(ft, name).__module__ == "fp4q.torch" and name in ft.__all__
+
+
 def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
     x = fake_cuda((256, 64))
     # The float overload would turn the tensor into a number (a host sync); the Tensor overload checks it.
