@@ -638,6 +638,33 @@ def test_launch_errors_name_the_call(monkeypatch):
         _launcher(1, 128, 0)(0, False, ())
 
 
+def test_config_for_names_the_config_the_call_launches(vector_kernel_for_small_inputs):
+    gpu = vector_kernel_for_small_inputs
+    cp = gpu.cupy
+    x, x_odd = cp.array((16, 4096)), cp.array((16, 4096), offset=2)
+    q_odd = cp.array((16, 2048), np.uint8, offset=8)
+    tsf = cp.array((), np.float32)
+    calls = [(x, dict()), (x_odd, dict()), (x, dict(out=q_odd)), (x, dict(sf_layout="linear")),
+             (x, dict(config=QuantizeConfig())), (x, dict(config=SimtConfig(vector=True, vector_elements=32)))]
+    for x_, kwargs in calls:
+        for tensor_sf in (1.0, tsf):
+            want = api.config_for(x_, tensor_sf, **kwargs)
+            _, _, launch = call(gpu, x_, tensor_sf, **kwargs)
+            assert launch["config"] == want, (kwargs, tensor_sf)
+            assert want.tensor_sf_mode == ("pointer" if tensor_sf is tsf else "value") and want.fmt == "nvfp4"
+        before = len(gpu.launches)
+        want = api.config_for(x_, fmt="mxfp4", mode="floor", **kwargs) if "config" not in kwargs else None
+        if want is not None:
+            api.quantize_mxfp4(x_, mode="floor", **kwargs)
+            (launch,) = gpu.launches[before:]
+            assert launch["config"] == want and (want.fmt, want.mx_mode) == ("mxfp4", "floor")
+    assert api.config_for(cp.array((0, 64))) is None
+    with pytest.raises(ValueError, match="fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"):
+        api.config_for(x, fmt="fp8")
+    with pytest.raises(ValueError, match=re.escape("config.fmt is 'nvfp4', but quantize_mxfp4 quantizes to MXFP4")):
+        api.config_for(x, fmt="mxfp4", config=SimtConfig())
+
+
 def test_kind_of_call_fields(gpu):
     cp = gpu.cupy
     x = cp.array((4, 64))
