@@ -543,7 +543,7 @@ def test_out_and_sf_out_overlapping_each_other(path, cp):
 
 # --- sf_layout, config, pdl, stream -----------------------------------------------------------------------------
 
-BAD_LAYOUTS = ["bogus", "SWIZZLED", "", None, 0]
+BAD_LAYOUTS = ["bogus", "SWIZZLED", "", None, 0, ["swizzled"]]  # a list: unhashable in a plan key
 
 
 @pytest.mark.parametrize("sf_layout", BAD_LAYOUTS, ids=repr)
