@@ -9,7 +9,7 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
 from fp4q.kernels.archs import ALL_TARGETS, target
-from probe import numerics_probe_spec
+from probe import TEMPLATE as PROBE_TEMPLATE, numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
 
@@ -18,7 +18,7 @@ FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
 TEMPLATES = ("ptx/types.cuh", "numerics/quantize_group.cuh", "kernels/quantize_fp4_tma.cu",
-             "kernels/quantize_fp4_simt.cu", "kernels/numerics_probe.cu")
+             "kernels/quantize_fp4_simt.cu")
 
 
 def code_lines(source: str) -> list[str]:
@@ -54,6 +54,9 @@ def test_templates_dir_finds_ptx_templates():
     assert d.resolve() == REPO_TEMPLATES.resolve()
     for name in TEMPLATES:
         assert (d / name).is_file(), name
+    # The numerics probe is a test kernel: it lives with the tests, not among the package's templates.
+    assert not list(d.rglob("numerics_probe*")) and PROBE_TEMPLATE.is_file()
+    assert pathlib.Path(numerics_probe_spec("sm_90a").template) == PROBE_TEMPLATE
 
 
 def test_templates_dir_missing_raises(monkeypatch, tmp_path):
@@ -63,7 +66,7 @@ def test_templates_dir_missing_raises(monkeypatch, tmp_path):
         templates_dir()
 
 
-@pytest.mark.parametrize("name", TEMPLATES)
+@pytest.mark.parametrize("name", TEMPLATES + (str(PROBE_TEMPLATE),))  # the probe by its absolute path
 def test_expand_includes_inlines_everything_once(name):
     text = expand_includes(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
@@ -166,7 +169,7 @@ def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG"}
     assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
     assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
-    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
+    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.fmt == 'mxfp4' else 'false'};" in src
 
 
 def test_render_without_setmaxnreg_has_no_register_constants():

@@ -537,6 +537,17 @@ def test_dequantize_float32_and_bfloat16():
     assert yb.dtype == np.uint16  # bf16 bits, as the kernels return them
     expected_b = np.array(THIRDS_BF16 + [b | 0x8000 for b in THIRDS_BF16], np.uint16)
     np.testing.assert_array_equal(yb[0], expected_b)
+    # bfloat16 is the default, as for the device functions.
+    import inspect
+
+    import fp4q
+
+    np.testing.assert_array_equal(dequantize_nvfp4(q, sf, 3.0, sf_layout="linear"), yb)
+    q32 = np.zeros((1, 16), np.uint8)
+    for dequantize, args in ((dequantize_nvfp4, (q, sf, 3.0)), (dequantize_mxfp4, (q32, as_bytes([[0x7F]])))):
+        assert dequantize(*args, sf_layout="linear").dtype == np.uint16
+        device_default = inspect.signature(getattr(fp4q, dequantize.__name__)).parameters["dtype"].default
+        assert inspect.signature(dequantize).parameters["dtype"].default == device_default == "bfloat16"
 
 
 def test_dequantize_swizzled_matches_linear():

@@ -132,8 +132,8 @@ def launched(monkeypatch):
     boxes = (MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1)))
     extents = {"a": Extent(1, 16, 16), "b": Extent(1, 16, 16)}
 
-    def launcher(params=PACKED, slots=SLOTS, fixed=None):
-        spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), boxes)
+    def launcher(params=PACKED, slots=SLOTS, fixed=None, maps=boxes):
+        spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), maps)
         return Launcher(spec, cu.CUfunction(1), device, 1, slots, fixed, extents=extents)
 
     return seen, launcher
@@ -178,8 +178,10 @@ def test_launcher_takes_each_parameter_from_the_slot_of_its_name(launched):
 
 def test_launcher_packs_its_fixed_values_once(launched):
     seen, launcher = launched
+    # "other" is no parameter of the kernel (a plan's fixed values serve every kernel of its op), and a
+    # fixed value of a slot's name ("t") gives way to the call's value in that slot.
     fixed = launcher(slots=(("a", "ptr"), ("b", "ptr"), ("t", "ptr"), ("p", "ptr"), ("f", "f32")),
-                     fixed={"s": 2**40, "n": -5, "other": 1})
+                     fixed={"s": 2**40, "n": -5, "other": 1, "t": 3})
     fixed(0, False, (0x100, 0x200, 7, 0xDEAD0, 0.5))
     fixed(0, False, (0x100, 0x200, 8, 0xBEEF0, 1.5))
     assert [values for *_, values in seen] == [[0xDEAD0, 0.5, -5, 2**40, 7], [0xBEEF0, 1.5, -5, 2**40, 8]]
@@ -188,3 +190,29 @@ def test_launcher_packs_its_fixed_values_once(launched):
 def test_launcher_wants_maps_first(launched):
     with pytest.raises(ValueError, match="tensor-map parameters must come first"):
         launched[1](params(("p", "ptr"), ("m", "map")), (("p", "ptr"),))
+
+
+def test_launcher_wants_a_map_spec_per_map_parameter_in_order(launched):
+    m0, m1 = MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1))
+    for maps in ((m0,), (m1, m0), (m0, m1, MapSpec("m2", "a", 1, (16, 1)))):
+        with pytest.raises(ValueError, match=r"the map parameters \('m0', 'm1'\) are not the spec's maps "
+                                             + re.escape(str([m.param for m in maps]))):
+            launched[1](maps=maps)
+
+
+def test_launcher_passes_the_first_map_again_for_an_unread_one(launched):
+    seen, launcher = launched
+    unread = launcher(maps=(MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1), geometry="unused")))
+    unread(0, False, (0x1000, 0x2000, 0xDEAD0, 0.5, -5, 7, 0))
+    assert seen[0][2][:2] == [0x1000, 0x1000]  # b's map is never encoded
+
+
+def test_map_geometry():
+    rows = MapSpec("x_map", "x", 2, (64, 128))
+    assert rows.dims_strides(Extent(rows=300, width=7168, row_bytes=16384)) == ((7168, 300), (16384,))
+    # Scales as 512-byte blocks of 128 rows x 4 groups: 300 rows and 70 groups are 3 x 18 blocks.
+    blocks = MapSpec("sf_out_map", "sf_out", 1, (16, 32, 2, 1), geometry="sf_blocks")
+    assert blocks.dims_strides(Extent(rows=300, width=70, row_bytes=0)) == ((16, 32, 18, 3), (16, 512, 512 * 18))
+    with pytest.raises(ValueError, match=r"MapSpec geometry must be one of \('rows', 'sf_blocks', 'unused'\), "
+                                         r"got 'tiles'"):
+        MapSpec("m", "x", 1, (16, 1), geometry="tiles")

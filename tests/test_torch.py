@@ -93,10 +93,42 @@ def test_schemas():
         assert torch.Tag.pt2_compliant_tag in getattr(getattr(torch.ops.fp4q, name), overload).tags
 
 
-def test_the_module_docstring_lists_every_schema():
-    doc = ft.__doc__
-    for name, overload in OVERLOADS:
-        assert f"    {name}{'' if overload == 'default' else '.' + overload}(" in doc, (name, overload)
+def _registered_overload(qualified: str):
+    """The OpOverload of a registered ``fp4q::name`` or ``fp4q::name.overload``."""
+    name, _, overload = qualified.removeprefix("fp4q::").partition(".")
+    return getattr(getattr(torch.ops.fp4q, name), overload or "default")
+
+
+def test_schemas_lists_every_registered_op():
+    # The schemas are derived from the ops' declarations; schemas() is where they are listed (the
+    # module docstring points there): exactly the registered ops, as torch prints them.
+    registered = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("fp4q::"))
+    assert registered == sorted(f"fp4q::{name}{'' if overload == 'default' else '.' + overload}"
+                                for name, overload in OVERLOADS)
+    listed = ft.schemas()
+    assert len(listed) == len(set(listed)) == len(registered)
+    assert sorted(listed) == sorted(str(_registered_overload(name)._schema) for name in registered)
+    assert "fp4q.torch.schemas()" in ft.__doc__
+    # An option has its public function's name in the schema too (quantize_mxfp4's mode).
+    for name in ("quantize_mxfp4", "quantize_mxfp4_out"):
+        arguments = [a.name for a in getattr(torch.ops.fp4q, name).default._schema.arguments]
+        assert "mode" in arguments and "mx_mode" not in arguments, arguments
+
+
+@pytest.mark.parametrize("name", ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4",
+                                  "global_scale"])
+def test_wrappers_take_the_cupy_apis_arguments_plus_fp4_dtype_where_they_return_codes(name):
+    import inspect
+
+    cupy_api = inspect.signature(getattr(fp4q, name))
+    wrapper = inspect.signature(getattr(ft, name))
+    extra = ["fp4_dtype"] if name.startswith("quantize") else []
+    assert list(wrapper.parameters) == list(cupy_api.parameters) + extra
+    for parameter in cupy_api.parameters.values():
+        assert wrapper.parameters[parameter.name] == parameter
+    if extra:
+        assert wrapper.parameters["fp4_dtype"].default is False
+    assert getattr(ft, name).__module__ == "fp4q.torch" and name in ft.__all__
 
 
 def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
@@ -194,8 +226,14 @@ def test_fp16_input(fake):
     (lambda: ft.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0,
                                  sf_layout="linear", dtype="float16"), ValueError,
      "dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got 'float16'"),
+    (lambda: ft.dequantize_mxfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 1), torch.uint8),
+                                 sf_layout="linear", dtype=torch.float16), ValueError,
+     "dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got torch.float16"),
+    (lambda: torch.ops.fp4q.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0,
+                                             "linear", "float16"), ValueError,
+     "dtype must be 'bfloat16' or 'float32', got 'float16'"),  # the op's schema takes the names only
     (lambda: ft.global_scale(fake_cuda((8, 40))), ValueError,
-     "K (the last dimension of x) must be a multiple of 16, got 40"),
+     "K (the last dimension of x) must be a multiple of 16 for global_scale, got 40"),
     (lambda: ft.scaled_fp4_quant(fake_cuda((8, 32), torch.float32), fake_cuda((), torch.float32)), TypeError,
      "input must be bfloat16 or float16, got torch.float32"),
 ])
@@ -205,11 +243,32 @@ def test_rules_hold_on_fake_tensors(fake, call, error, message):
     assert str(info.value) == message
 
 
-def test_host_tensors_are_named_as_such():
-    with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
-        torch.ops.fp4q.quantize_nvfp4(torch.zeros((4, 32), dtype=BF16), 1.0)
-    with pytest.raises(TypeError, match="^q must be a CUDA array, got a torch Tensor on cpu$"):
-        ft.dequantize_mxfp4(torch.zeros((4, 16), dtype=torch.uint8), torch.zeros((4, 1), dtype=torch.uint8))
+def _host_tensor_calls():
+    return [(lambda: torch.ops.fp4q.quantize_nvfp4(torch.zeros((4, 32), dtype=BF16), 1.0), "x"),
+            (lambda: ft.dequantize_mxfp4(torch.zeros((4, 16), dtype=torch.uint8),
+                                         torch.zeros((4, 1), dtype=torch.uint8)), "q")]
+
+
+def test_host_tensors_are_named_as_such(monkeypatch):
+    # Without a GPU, first of all that there is none (NoGpuError, naming the reason); with one (the
+    # fake driver of tests/fakes.py), the host tensor by its argument's name.
+    import re
+
+    import fakes
+    from fp4q.cuda.driver import gpu_status
+
+    available, reason = gpu_status()
+    for call, name in _host_tensor_calls():
+        if available:
+            with pytest.raises(TypeError, match=f"^{name} must be a CUDA array, got a torch Tensor on cpu$"):
+                call()
+        else:
+            with pytest.raises(fp4q.NoGpuError, match=f"^fp4q needs an NVIDIA GPU and driver: {re.escape(reason)}$"):
+                call()
+    fakes.install(monkeypatch)
+    for call, name in _host_tensor_calls():
+        with pytest.raises(TypeError, match=f"^{name} must be a CUDA array, got a torch Tensor on cpu$"):
+            call()
 
 
 # ----------------------------------------------------------------- vLLM's shape contract

@@ -15,8 +15,6 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, de
 from fp4q.kernels.spec import Swizzle
 from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted
 
-FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
-
 S = Swizzle
 TMA_ARCHS = sorted(a for a in ARCHS if ARCHS[a].features.tma)
 
@@ -140,7 +138,7 @@ def expected_bases(arch):
         choosable = []
     for cfg in choosable + [c.replace(arch=arch) for c in SIMT.values()]:
         for dtype in ("bfloat16", "float16"):
-            for mode in ("rceil", "floor") if cfg.sf_vec_size == 32 else ("rceil",):
+            for mode in ("rceil", "floor") if cfg.fmt == "mxfp4" else ("rceil",):
                 out.add(cfg.replace(input_dtype=dtype, mx_mode=mode))
     return out
 
@@ -151,7 +149,7 @@ def test_all_variants(arch):
     want = set()
     for cfg in expected_bases(arch):
         for layout in ("swizzled", "linear"):
-            for mode in ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",):
+            for mode in ("value", "pointer") if cfg.fmt == "nvfp4" else ("value",):
                 want.add(cfg.replace(sf_layout=layout, tensor_sf_mode=mode))
     assert set(out.values()) == want
     assert len(set(out.values())) == len(out)
@@ -211,19 +209,26 @@ def test_chosen_configs_are_shipped(arch, m, k):
     # what a call without config= runs: choose_config's pick, or the SIMT fallbacks for shapes and
     # pointers the pick cannot serve, in the call's input dtype, MXFP4 mode, layout and tensor_sf mode
     shipped = set(quantize_variants(arch).values())
-    for sf_vec_size in (16, 32):
-        picks = [choose_config(m, k, arch, sf_vec_size), SimtConfig(fmt=FMT[sf_vec_size], arch=arch),
-                 SimtConfig(fmt=FMT[sf_vec_size], vector=True, arch=arch)]
+    for fmt in ("nvfp4", "mxfp4"):
+        picks = [choose_config(m, k, arch, fmt), SimtConfig(fmt=fmt, arch=arch),
+                 SimtConfig(fmt=fmt, vector=True, arch=arch)]
+        assert all(cfg.fmt == fmt for cfg in picks)
         if not ARCHS[arch].features.tma:
             assert isinstance(picks[0], SimtConfig) and picks[0].vector
         for cfg in picks:
             for dtype in ("bfloat16", "float16"):
-                for mx_mode in ("rceil", "floor") if sf_vec_size == 32 else ("rceil",):
+                for mx_mode in ("rceil", "floor") if fmt == "mxfp4" else ("rceil",):
                     for layout in ("swizzled", "linear"):
-                        for mode in ("value", "pointer") if sf_vec_size == 16 else ("value",):
+                        for mode in ("value", "pointer") if fmt == "nvfp4" else ("value",):
                             call = cfg.replace(input_dtype=dtype, mx_mode=mx_mode, sf_layout=layout,
                                                tensor_sf_mode=mode)
                             assert call in shipped, call
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_the_test_kernel_is_not_shipped(arch):
+    # The numerics probe builds only for the tests (tests/probe.py): no variant of the package is it.
+    assert not [name for name, cfg in all_variants(arch).items() if "probe" in name or "probe" in cfg.spec.name]
 
 
 def test_all_variants_rejects_unknown_arch():

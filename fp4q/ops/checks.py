@@ -131,9 +131,10 @@ def check_operand(a: Operand, name: str, shape: tuple, dtypes, device: int, nbyt
     """``(obj, ptr)`` of buffer operand ``a`` (``as_operand`` of the caller's array), after
     a buffer's rules in the order of their messages: dtype, shape, device; then, for a
     real buffer (``nbytes`` given: ``dtypes`` are all of one size, so ``shape`` holds
-    ``nbytes`` bytes), C-contiguity and no overlap with any of ``others`` ((name,
-    [start, end)) pairs). Torch's fake tensors are checked without ``nbytes``: they
-    have no addresses, and the contiguity rule would specialize their symbolic sizes."""
+    ``nbytes`` bytes), C-contiguity, no overlap with any of ``others`` ((name,
+    [start, end)) pairs) and a base address that is a multiple of the element size.
+    Torch's fake tensors are checked without ``nbytes``: they have no addresses, and
+    the contiguity rule would specialize their symbolic sizes."""
     obj, ptr, a_shape, dtype, a_device, is_torch = a
     if dtype not in dtypes:
         raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {dtype}")
@@ -153,6 +154,8 @@ def check_operand(a: Operand, name: str, shape: tuple, dtypes, device: int, nbyt
                     f"{name} overlaps {other} (outputs must not alias their inputs or each other): {name} spans "
                     f"[{ptr:#x}, {end:#x}), {other} spans [{other_start:#x}, {other_end:#x})"
                 )
+    if ptr & 7:  # no element is wider than 8 bytes; the test is inline, the rule and its message are not
+        check_element_aligned(ptr, dtype, name)
     return obj, ptr
 
 

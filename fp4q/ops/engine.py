@@ -96,6 +96,10 @@ def plan_of(op: Op, main: Operand, options: tuple, config) -> Plan:
         raise
     if plan is None or plan.config is not config:
         plan = plans.put(key, Plan(op, main, options, config))
+    else:
+        for value in options:  # equal to the stored plan's: only a str of another type breaks a rule
+            if type(value) is not str:
+                op.option_values(options)
     return plan
 
 

@@ -63,8 +63,12 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
     """A wrapper's call: the registered op that fits its arguments."""
     op = entry.op
     for i in entry.dtype_options:
-        if isinstance(options[i], torch.dtype):
-            options = (*options[:i], str(options[i]).removeprefix("torch."), *options[i + 1:])
+        value, choices = options[i], op.options[i].choices
+        name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+        if type(name) is not str or name not in choices:  # the rule with both spellings it takes
+            raise ValueError(f"{op.options[i].name} must be {', '.join(map(repr, choices))}, "
+                             f"{' or '.join(f'torch.{c}' for c in choices)}, got {value!r}")
+        options = (*options[:i], name, *options[i + 1:])
     if stream is not None or config is not None:
         return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
     scale: tuple = ()
