@@ -1,15 +1,19 @@
 // The steps a quantize kernel is composed of, and today's steps. A kernel
 // body walks its units, a unit being WORDS packed pairs of one row (a vector
-// thread's 8 to 32 elements), and runs four steps on each; a kernel entry
-// file names its steps and hands them to its body (vector_quantize.cuh for
-// the vector and dynamic kernels).
+// thread's 8 to 32 elements, a TMA consumer's 64-element chunk), and runs
+// four steps on each; a kernel entry file names its steps and hands them to
+// its body (vector_quantize.cuh for the vector and dynamic kernels,
+// tma_quantize.cuh for the TMA kernel).
 //
 //   load       Which tensors a unit reads, and where: READS reads, read r
 //              taking the elements of input(r) at the unit's row from the
 //              unit's column + shift(r, cols) on (cols: the width that is
 //              quantized). Input is the body's handle on a tensor
-//              (GlobalRows); the body reads on its own path (global loads)
-//              into u32 in[READS][WORDS].
+//              (GlobalRows, or a TensorMap pointer for TMA); the body reads
+//              on its own path into u32 in[READS][WORDS]: global loads, or,
+//              for TMA, the producer loads each read of a tile (its map's
+//              boxes, shifted) into the stage and the consumers read their
+//              items back.
 //   transform  Rewrites in[0] from in[READS][WORDS]: the packed 16-bit
 //              words of x's dtype that are quantized (the spec rounds every
 //              fused prologue to x's dtype).
@@ -17,7 +21,8 @@
 //              and scale bytes, by the tensor scale the step holds; the
 //              body builds it once the previous kernel's writes are visible.
 //   store      The run -> the outputs, at the unit's place, on the body's
-//              path: RowwiseStore (global stores).
+//              path: RowwiseStore (global stores), RowwiseTileStore (shared
+//              tiles, then TMA stores).
 //
 // How the next steps fit:
 // - SiLU·mul: a load TwoHalves (READS 2: input 0 at the column and at
