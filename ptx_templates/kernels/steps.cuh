@@ -1,9 +1,10 @@
 // The steps a quantize kernel is composed of, and today's steps. A kernel
 // body walks its units, a unit being WORDS packed pairs of one row (a vector
-// thread's 8 to 32 elements, a TMA consumer's 64-element chunk), and runs
-// four steps on each; a kernel entry file names its steps and hands them to
-// its body (vector_quantize.cuh for the vector and dynamic kernels,
-// tma_quantize.cuh for the TMA kernel).
+// thread's 8 to 32 elements, a TMA consumer's 64-element chunk, a plain
+// thread's group), and runs four steps on each; a kernel entry file names
+// its steps and hands them to its body (vector_quantize.cuh for the vector
+// and dynamic kernels, tma_quantize.cuh for the TMA kernel; the plain
+// kernel runs the load and transform steps in its own loop).
 //
 //   load       Which tensors a unit reads, and where: READS reads, read r
 //              taking the elements of input(r) at the unit's row from the
