@@ -22,12 +22,15 @@ from .kernels.rules import ConfigError
 from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
-from .ops.api import config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4
+from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
+                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4)
 
 __all__ = [
     "__version__",
     "quantize_nvfp4",
     "quantize_mxfp4",
+    "silu_and_mul_quantize_nvfp4",
+    "silu_and_mul_quantize_mxfp4",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",

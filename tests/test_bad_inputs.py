@@ -502,7 +502,7 @@ def test_out_not_contiguous(name, how, path, cp):
 def test_contiguity_rule_asks_flags_where_cupy_has_no_flag_of_its_own():
     from types import SimpleNamespace
 
-    from fp4q.ops.arrays import c_contiguous
+    from fp4q.ops.checks import c_contiguous
 
     for contiguous in (True, False):
         assert c_contiguous(SimpleNamespace(flags=SimpleNamespace(c_contiguous=contiguous))) is contiguous
@@ -511,7 +511,7 @@ def test_contiguity_rule_asks_flags_where_cupy_has_no_flag_of_its_own():
 @gpu
 def test_contiguity_rule_reads_cupys_own_flag(cp):
     """The output rule reads CuPy's contiguity flag directly; it must say what flags.c_contiguous says."""
-    from fp4q.ops.arrays import c_contiguous
+    from fp4q.ops.checks import c_contiguous
 
     base = cp.zeros((8, 64), dtype=cp.uint8)
     arrays = [base, base.T, base[:, ::2], base[::2], base[:1], base[:1, ::2], base[3:4, 5:37], base[:0],
@@ -693,7 +693,7 @@ CONFIG_ERRORS = [
     (QuantizeConfig, dict(input_dtype="float32"), "input_dtype", "got 'float32'", "must be 'bfloat16' or 'float16'"),
     (SimtConfig, dict(threads=100), "threads", "got 100", "must be one of 64, 128, 256, 512, 1024"),
     (SimtConfig, dict(threads=256.0), "threads", "got 256.0", "must be one of 64, 128, 256, 512, 1024"),
-    (SimtConfig, dict(arch="sm_90"), "arch", "got 'sm_90'", "must be one of"),
+    (SimtConfig, dict(arch="sm_90"), "arch", "got 'sm_90'", "must be one of 'sm_80', 'sm_90a'"),
     (SimtConfig, dict(sf_layout="row"), "sf_layout", "got 'row'", "must be 'swizzled' or 'linear'"),
 ]
 

@@ -68,7 +68,11 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
              ("dequantize_nvfp4_out", "default"), ("dequantize_mxfp4", "default"),
              ("dequantize_mxfp4_out", "default"), ("global_scale", "default"), ("quantize_nvfp4_dynamic", "default"),
-             ("quantize_nvfp4_dynamic_out", "default")]
+             ("quantize_nvfp4_dynamic_out", "default"),
+             ("silu_and_mul_quantize_nvfp4", "Tensor"), ("silu_and_mul_quantize_nvfp4", "default"),
+             ("silu_and_mul_quantize_nvfp4_out", "Tensor"), ("silu_and_mul_quantize_nvfp4_out", "default"),
+             ("silu_and_mul_quantize_nvfp4_dynamic", "default"), ("silu_and_mul_quantize_nvfp4_dynamic_out", "default"),
+             ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default")]
 
 
 def test_schemas():
@@ -76,15 +80,16 @@ def test_schemas():
         schema = getattr(getattr(torch.ops.fp4q, name), overload)._schema
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         if name.endswith("_out"):
-            assert mutated == (["out", "sf_out"] if name.startswith("quantize") else ["out"]), schema
+            assert mutated == (["out", "sf_out"] if "quantize_" in name and not name.startswith("dequantize")
+                               else ["out"]), schema
             # The dynamic scale is computed, and returned; other out= ops return nothing.
             assert len(schema.returns) == (1 if "dynamic" in name else 0), schema
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if name == "quantize_nvfp4_dynamic":  # the scale is computed, and returned third
+        if name.endswith("_dynamic"):  # the scale is computed, and returned third
             assert not scale and len(schema.returns) == 3, schema
-        elif name == "quantize_nvfp4_dynamic_out":
+        elif name.endswith("_dynamic_out"):
             assert not scale, schema
         elif "nvfp4" in name:
             assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
@@ -303,8 +308,21 @@ def _every_op(x, t, y):
     v = ft.scaled_fp4_quant(x, t)
     # The dynamic scale with out= given: one op, quantize_nvfp4_dynamic_out.
     q4, sf4, scale4 = ft.quantize_nvfp4(x, "dynamic", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    # SiLU·mul of x's two halves, every form.
+    s = _silu_ops(x, t)
+    hq, hsf, mq, msf = s[0], s[1], s[7], s[8]
+    s += ft.silu_and_mul_quantize_nvfp4(x, t, out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_nvfp4(x, 2.0, out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x))
+            ft.global_scale(x), *s)
+
+
+def _silu_ops(x, t):
+    """The functional forms of the SiLU·mul quantizers on x's two halves."""
+    return (*ft.silu_and_mul_quantize_nvfp4(x, t), *ft.silu_and_mul_quantize_nvfp4(x, 1.5, sf_layout="linear"),
+            *ft.silu_and_mul_quantize_nvfp4(x, "dynamic", fp4_dtype=True), *ft.silu_and_mul_quantize_mxfp4(x, mode="floor"))
 
 
 def _functional_ops(x, t, y):
@@ -317,7 +335,7 @@ def _functional_ops(x, t, y):
     y2 = ft.dequantize_nvfp4(qf, sff, 0.75, sf_layout="linear", dtype="float32")
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
     v = ft.scaled_fp4_quant(x, t)
-    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v
+    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v, *_silu_ops(x, t)
 
 
 def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
@@ -331,7 +349,7 @@ def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
     counter = CompileCounterWithBackend("eager")
     compiled = torch.compile(_every_op, backend=counter, fullgraph=True, dynamic=True)
     mode = FakeTensorMode()
-    for m, k in ((300, 320), (1000, 640), (130, 192)):
+    for m, k in ((300, 320), (1000, 640), (130, 576)):
         with mode:
             x, y, t = fake_cuda((m, k)), fake_cuda((m, k)), fake_cuda((), torch.float32)
         got = compiled(x, t, y)

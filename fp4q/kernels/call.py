@@ -23,8 +23,10 @@ from .rules import check_choice, require
 INPUT_DTYPES = ("bfloat16", "float16")
 # The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
 SF_LAYOUTS = ("swizzled", "linear")
-# What a quantize kernel computes from x before quantizing it (none: x itself).
+# What a quantize kernel computes from x before quantizing it (none: x itself), and the public
+# op name's prefix for each.
 PROLOGUES = ("none", "silu_mul")
+PROLOGUE_OPS = {"silu_mul": "silu_and_mul"}
 # How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
 # its kernels take the by-value argument and never read it.
 TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
@@ -62,6 +64,21 @@ class CallFields:
 
     def check(self) -> None:
         """The config's own rules on its knobs (and their combination with the call's fields)."""
+
+    @property
+    def reads(self) -> int:
+        """The input rows a quantize kernel's unit reads: x's, or SiLU·mul's two halves."""
+        return 2 if self.prologue == "silu_mul" else 1
+
+    @property
+    def prologue_op(self) -> str:
+        """The public op name's prefix of the prologue (``silu_and_mul``)."""
+        return PROLOGUE_OPS[self.prologue]
+
+    @property
+    def prologue_constant(self) -> tuple[str, int]:
+        """The templates' PROLOGUE (kernels/steps.cuh: the prologue's load and transform steps)."""
+        return ("PROLOGUE", PROLOGUES.index(self.prologue))
 
     @property
     def sf_vec_size(self) -> int:

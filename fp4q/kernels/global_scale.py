@@ -45,7 +45,8 @@ class AmaxConfig(CallFields):
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         flags = (("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads))
-        return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads),), flags, AMAX_PARAMS, self.threads,
+        return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads), self.prologue_constant), flags,
+                         AMAX_PARAMS, self.threads,
                          StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))
 
 
@@ -92,14 +93,16 @@ class FusedDynamicConfig(CallFields):
                 f"tensor_sf_mode='value'), got fmt={self.fmt!r}, tensor_sf_mode={self.tensor_sf_mode!r}")
         object.__setattr__(self, "vector", SimtConfig(threads=self.threads, vector=True, vector_elements=16,
                                                       sf_layout=self.sf_layout, input_dtype=self.input_dtype,
-                                                      arch=self.arch))
+                                                      prologue=self.prologue, arch=self.arch))
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         # The vector kernel's constants and flags: its quantize step is that kernel's. Every thread of
-        # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be.
+        # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be;
+        # half of them under a prologue, whose float32 sequence needs more registers than that leaves.
+        share = 1 if self.prologue == "none" else 2
         constants = self.vector.spec.constants + (
-            ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads),)
+            ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads // share),)
         return simt_spec("quantize_fp4_dynamic", self.arch, constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
 

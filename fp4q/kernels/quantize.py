@@ -150,7 +150,7 @@ class QuantizeConfig(CallFields, WarpSpecialized, producer=WARPGROUP, group=WARP
 
     @property
     def smem(self) -> SmemLayout:
-        stage = self.tile_m * self.tile_k * 2
+        stage = self.tile_m * self.tile_k * 2 * self.reads
         q_tile = self.tile_m * self.tile_k // 2
         sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.sf_layout == "swizzled" else 0
         q = align_up(self.num_stages * stage, 1024)
@@ -179,6 +179,7 @@ class QuantizeConfig(CallFields, WarpSpecialized, producer=WARPGROUP, group=WARP
             ("NUM_OUT_BUFFERS", self.out_buffers), ("CONSUMER_THREADS", self.consumer_threads),
             ("MIN_CTAS_PER_SM", self.min_ctas_per_sm), ("SF_VEC", self.sf_vec_size), ("OFF_IN", smem.input),
             ("OFF_Q", smem.q), ("OFF_SF", smem.sf), ("OFF_BARRIERS", smem.barriers), ("OFF_TILES", smem.tiles),
+            self.prologue_constant,
         ]
         if self.setmaxnreg:
             producer_regs, consumer_regs = self.register_split
@@ -234,7 +235,8 @@ class SimtConfig(CallFields):
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
-        constants: tuple[tuple[str, int], ...] = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
+        constants: tuple[tuple[str, int], ...] = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size),
+                                                  self.prologue_constant)
         if self.vector:
             constants += (("VEC_ELEMS", self.elements_per_unit),)
         return simt_spec(f"quantize_fp4_{'vector' if self.vector else 'simt'}", self.arch, constants,

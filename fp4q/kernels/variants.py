@@ -14,11 +14,12 @@ from __future__ import annotations
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import INPUT_DTYPES, SF_LAYOUTS, TENSOR_SF_MODES
+from .call import INPUT_DTYPES, PROLOGUES, SF_LAYOUTS, TENSOR_SF_MODES
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
+from .rules import ConfigError
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
 S = Swizzle
@@ -91,28 +92,31 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
 # The global scale's two passes (the amax pass per input dtype and load width), and the
 # single-pass dynamic quantizer per block size, scale layout and input dtype.
 GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
-    "amax_512": AmaxConfig(),
-    "amax_512_fp16": AmaxConfig(input_dtype="float16"),
-    "amax_512_scalar": AmaxConfig(vector_loads=False),
-    "amax_512_scalar_fp16": AmaxConfig(vector_loads=False, input_dtype="float16"),
+    **{f"amax_512{'_scalar' if not vector else ''}{'_fp16' if dtype == 'float16' else ''}"
+       f"{'' if prologue == 'none' else '_' + prologue}":
+       AmaxConfig(vector_loads=vector, input_dtype=dtype, prologue=prologue)
+       for prologue in PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
     "global_scale_256": GlobalScaleConfig(),
-    **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}":
-       FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype)
-       for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS for dtype in INPUT_DTYPES},
+    **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}{'' if prologue == 'none' else '_' + prologue}":
+       FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype, prologue=prologue)
+       for prologue in PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
+       for dtype in INPUT_DTYPES},
 }
 
 
 MIN_FITTED_STAGES = 2  # fewer would leave the TMA load of one tile no other to overlap with
 
 
-def fitted(cfg, arch: str):
-    """``cfg`` for ``arch``: as it is where it fits, else with fewer CTAs per SM, then fewer
-    stages (down to two), until it fits; None where nothing does."""
+def fitted(cfg, arch: str, **changes):
+    """``cfg`` for ``arch`` with ``changes`` (call fields, such as a prologue whose stages hold
+    more): as it is where that fits, else with fewer CTAs per SM, then fewer stages (down to
+    two), until it fits; None where nothing does."""
     for stages in range(cfg.num_stages, min(cfg.num_stages, MIN_FITTED_STAGES) - 1, -1):
         for ctas in range(cfg.min_ctas_per_sm, 0, -1):
-            candidate = cfg.replace(num_stages=stages, min_ctas_per_sm=ctas)
-            if fits(candidate, arch):
-                return candidate.replace(arch=arch)
+            try:
+                return cfg.replace(num_stages=stages, min_ctas_per_sm=ctas, **{**changes, "arch": arch})
+            except ConfigError:  # this candidate does not fit the target: try a smaller one
+                continue
     return None
 
 
@@ -164,12 +168,19 @@ def default_variants(arch: str) -> dict[str, QuantizeConfig]:
 
 
 def _call_variants(name: str, cfg) -> dict:
-    """``cfg`` in every input dtype and, for MXFP4, both rounding modes: what calls choose it with."""
+    """``cfg`` in every input dtype, for MXFP4 both rounding modes, and under every prologue (a TMA
+    config fitted to the prologue's larger stages): what calls choose it with."""
     out = {}
-    for dtype in INPUT_DTYPES:
-        for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
-            suffix = ("" if dtype == cfg.input_dtype else "_fp16") + ("" if mode == cfg.mx_mode else f"_{mode}")
-            out[name + suffix] = cfg.replace(input_dtype=dtype, mx_mode=mode)
+    for prologue in PROLOGUES:
+        for dtype in INPUT_DTYPES:
+            for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
+                changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
+                variant = fitted(cfg, cfg.arch, **changes) if isinstance(cfg, QuantizeConfig) else cfg.replace(**changes)
+                if variant is None:
+                    continue
+                suffix = (("" if prologue == "none" else f"_{prologue}") + ("" if dtype == cfg.input_dtype else "_fp16")
+                          + ("" if mode == cfg.mx_mode else f"_{mode}"))
+                out[name + suffix] = variant
     return out
 
 
@@ -201,13 +212,15 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
 
 
 # The public operations, each by the one name its function has.
-OPS = ("quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
 
 
 def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
-    dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``."""
+    dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
+    those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
-        return "global_scale"
+        return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
-    return f"{family}_{cfg.fmt}"
+    return f"{family}_{cfg.fmt}" if cfg.prologue == "none" else f"{cfg.prologue_op}_{family}_{cfg.fmt}"

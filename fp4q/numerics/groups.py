@@ -34,7 +34,7 @@ def require_choice(value, name: str, choices, error: type[Exception] = ValueErro
     naming the argument, the value and the choices."""
     if not any(type(value) is type(c) and value == c for c in choices):
         names = [repr(c) for c in choices]
-        allowed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+        allowed = " or ".join(names) if len(names) <= 2 else f"one of {', '.join(names)}"
         raise error(f"{name} must be {allowed}, got {value!r}")
 
 

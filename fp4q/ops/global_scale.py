@@ -36,9 +36,10 @@ class ScaleLaunch:
         scale_kernel = get_kernel(self.config.spec, dev.ordinal)
         self.amax, self.workspace = None, 0
         if not view.empty:
-            cfg = AmaxConfig(vector_loads=vector_loads, input_dtype=plan.call["input_dtype"], arch=dev.arch)
+            cfg = AmaxConfig(vector_loads=vector_loads, input_dtype=plan.call["input_dtype"],
+                             prologue=plan.call.get("prologue", "none"), arch=dev.arch)
             kernel = get_kernel(cfg.spec, dev.ordinal)
-            self.workspace = cfg.spec.grid.size(view.rows * view.width // cfg.elements_per_unit, dev.sm_count,
+            self.workspace = cfg.spec.grid.size(view.rows * plan.geometry.k // cfg.elements_per_unit, dev.sm_count,
                                                 kernel.ctas_per_sm)
             self.amax = KernelLaunch(cfg, kernel, self.workspace, (("x", "ptr"), ("partial", "ptr")), plan.fixed)
         self.scale = KernelLaunch(self.config, scale_kernel, 1, (("partial", "ptr"), ("scale", "ptr")),

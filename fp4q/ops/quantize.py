@@ -15,6 +15,7 @@ from ..jit.loader import get_kernel
 from ..kernels.global_scale import FusedDynamicConfig
 from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
+from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
 from ..kernels.call import SF_LAYOUTS
 from ..numerics.formats import MX_MODES
@@ -49,30 +50,31 @@ def alignment_obstacle(view: RowsView, pointers: list[int], swizzled: bool) -> s
 
 def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
     """The config a call launches: the caller's (checked against what it needs) or the
-    tuned choice, with the call's fields."""
+    tuned choice (a TMA config fitted to its prologue's stages), with the call's fields."""
     call = dict(plan.call, tensor_sf_mode=mode, arch=arch)
-    view = plan.view
+    view, k = plan.view, plan.geometry.k
     obstacle = alignment_obstacle(view, pointers, call["sf_layout"] == "swizzled")
     if isinstance(config, SimtConfig):
         if config.vector and obstacle is not None:
             raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
                              f"{obstacle}")
         elements = config.elements_per_unit
-        if config.vector and elements > config.sf_vec_size and view.width % elements:
+        if config.vector and elements > config.sf_vec_size and k % elements:
             raise ValueError(f"config.vector_elements={elements} quantizes {elements // config.sf_vec_size} whole "
-                             f"groups per unit: K={view.width} is not a multiple of {elements}")
+                             f"groups per unit: K={k} is not a multiple of {elements}")
         return config.replace(**call)
     if isinstance(config, QuantizeConfig):
-        if view.width % 32:
-            obstacle = f"K={view.width} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+        if k % 32:
+            obstacle = f"K={k} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
         if obstacle is not None:
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
     if obstacle is not None:
         return SimtConfig(**call)
-    chosen = choose_config(view.rows, view.width, arch, plan.op.fmt)
-    if isinstance(chosen, QuantizeConfig) and view.width % 32:
-        chosen = SimtConfig(vector=True)
+    chosen = choose_config(view.rows, k, arch, plan.op.fmt)
+    if isinstance(chosen, QuantizeConfig):
+        fit = fitted(chosen, **call) if k % 32 == 0 else None
+        return fit or SimtConfig(vector=True, **call)
     return chosen.replace(**call)
 
 
@@ -136,11 +138,11 @@ def dynamic_launch(plan, pointers: list[int], config, dev):
     two_passes = TwoPasses(scale, quantize)
     swizzled = plan.call["sf_layout"] == "swizzled"
     if (config is not None or alignment_obstacle(view, pointers, swizzled) is not None
-            or view.rows * view.width > FUSED_DYNAMIC_MAX_ELEMENTS):
+            or view.rows * plan.geometry.k > FUSED_DYNAMIC_MAX_ELEMENTS):
         return two_passes
     cfg = FusedDynamicConfig(**dict(plan.call, arch=dev.arch))
-    per_row = cfg.units_per_row(view.width, swizzled)
-    work_items = cfg.work_items(view.rows, view.width, swizzled)
+    per_row = cfg.units_per_row(plan.geometry.k, swizzled)
+    work_items = cfg.work_items(view.rows, plan.geometry.k, swizzled)
     threads, one_cta = fused_dynamic_block(view.rows * per_row, work_items, dev.sm_count)
     cfg = cfg.replace(threads=threads)
     kernel = get_kernel(cfg.spec, dev.ordinal)

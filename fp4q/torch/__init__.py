@@ -33,8 +33,8 @@ from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 
 ops = torch.ops.fp4q
 
-__all__ = ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
-           "scaled_fp4_quant", "schemas"]
+__all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
+           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "scaled_fp4_quant", "schemas"]
 
 
 class Entry:
@@ -113,6 +113,8 @@ quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]
 dequantize_nvfp4 = _FUNCTIONS["dequantize_nvfp4"]
 dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
 global_scale = _FUNCTIONS["global_scale"]
+silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
+silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
 
 
 def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):

@@ -21,9 +21,10 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
                           u8* __restrict__ sf_out, float* __restrict__ tensor_sf_out, i32 rows, i32 cols,
                           u32 unit_magic, u32 unit_shift, u32* __restrict__ tickets) {
     const int groups = cols / SF_VEC;
-    using Load = OneInput<GlobalRows>;
+    using Steps = Prologue<PROLOGUE, GlobalRows>;
+    using Load = typename Steps::Load;
     const Load load{{x, x_row_stride}};
-    const Identity transform{};
+    const typename Steps::Transform transform{};
     const RowwiseStore store{out, sf_out};
     bool live;
     UnitWords<Load> w;

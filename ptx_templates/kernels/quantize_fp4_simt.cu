@@ -21,8 +21,9 @@ FP4Q_DEVICE u32 load_pair(const u16* p) {
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     simt_quantize_prologue();
-    const OneInput<GlobalRows> load{{x, x_row_stride}};
-    const Identity transform{};
+    using Steps = Prologue<PROLOGUE, GlobalRows>;
+    const typename Steps::Load load{{x, x_row_stride}};
+    const typename Steps::Transform transform{};
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const i64 domain_rows = sf_domain_rows(rows);

@@ -51,6 +51,7 @@
 // The including kernel defines SF_VEC.
 #pragma once
 #include "numerics/quantize_group.cuh"
+#include "numerics/silu.cuh"
 #include "numerics/tensor_scale.cuh"
 
 // A tensor in global memory: rows of 16-bit elements, row_stride elements
@@ -70,10 +71,48 @@ struct OneInput {
     FP4Q_DEVICE int shift(int, int) const { return 0; }
 };
 
+// Load: the two halves of each row of one input, gate at the unit's column
+// and up `cols` elements after it (SiLU·mul's x of 2 * cols per row).
+template <typename Input>
+struct TwoHalves {
+    static constexpr int READS = 2;
+    Input x;
+
+    FP4Q_DEVICE const Input& input(int) const { return x; }
+    FP4Q_DEVICE int shift(int r, int cols) const { return r * cols; }
+};
+
 // Transform: x's words as they are.
 struct Identity {
     template <int WORDS>
     FP4Q_DEVICE void operator()(u32 (&)[1][WORDS]) const {}
+};
+
+// Transform: h = dtype(silu(gate) * up) (numerics/silu.cuh) into in[0], from
+// TwoHalves' gate (in[0]) and up (in[1]).
+struct SiluMul {
+    template <int WORDS>
+    FP4Q_DEVICE void operator()(u32 (&in)[2][WORDS]) const {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) in[0][i] = silu_mul_x2(in[0][i], in[1][i]);
+    }
+};
+
+// The load and transform steps of the config's prologue (PROLOGUE: 0 none,
+// 1 SiLU·mul; kernels.call.PROLOGUES on the host), over inputs of type Input.
+template <int P, typename Input>
+struct Prologue;
+
+template <typename Input>
+struct Prologue<0, Input> {
+    using Load = OneInput<Input>;
+    using Transform = Identity;
+};
+
+template <typename Input>
+struct Prologue<1, Input> {
+    using Load = TwoHalves<Input>;
+    using Transform = SiluMul;
 };
 
 // Quantize: round to nearest (NVFP4_SPEC.md steps 2-6) with the tensor
