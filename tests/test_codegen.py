@@ -129,7 +129,7 @@ def test_render_tma_constants(name):
         "OUT_BOX_K": cfg.output_box_k, "OUT_SWIZZLE": cfg.output_swizzle.value, "NUM_STAGES": cfg.num_stages,
         "NUM_OUT_BUFFERS": cfg.out_buffers, "CONSUMER_THREADS": cfg.consumer_threads,
         "MIN_CTAS_PER_SM": cfg.min_ctas_per_sm, "OFF_IN": smem.input, "OFF_Q": smem.q, "OFF_SF": smem.sf,
-        "OFF_BARRIERS": smem.barriers, "OFF_TILES": smem.tiles, "SF_VEC": cfg.sf_vec_size,
+        "OFF_BARRIERS": smem.barriers, "OFF_TILES": smem.tiles, "SF_VEC": cfg.sf_vec_size, "PROLOGUE": 0,
     }
     if cfg.setmaxnreg:
         want["PRODUCER_REGS"], want["CONSUMER_REGS"] = cfg.register_split
@@ -209,7 +209,7 @@ def test_render_simt(threads, layout, mode):
     cfg = SimtConfig(threads=threads, sf_layout=layout, tensor_sf_mode=mode, input_dtype="float16")
     src = render(cfg.spec)
     assert src.kernel_name == "fp4q_quantize_fp4_simt" and src.arch == "sm_90a"
-    assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16}
+    assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16, "PROLOGUE": 0}
     d = defines(src.source)
     assert d["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if mode == "pointer" else "0")
@@ -224,7 +224,7 @@ def test_render_simt(threads, layout, mode):
 def test_render_vector(sf_vec_size, layout):
     src = render(SimtConfig(threads=128, fmt=FMT[sf_vec_size], sf_layout=layout, vector=True).spec)
     assert src.kernel_name == "fp4q_quantize_fp4_vector"
-    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "VEC_ELEMS": 16}
+    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "PROLOGUE": 0, "VEC_ELEMS": 16}
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
     assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
@@ -355,3 +355,13 @@ def test_render_numerics_probe(arch):
 
 def test_numerics_probe_differs_by_arch():
     assert render(numerics_probe_spec("sm_90a")).source != render(numerics_probe_spec("sm_100f")).source
+
+
+@pytest.mark.parametrize("cfg", [SimtConfig(vector=True), SimtConfig(), QuantizeConfig(num_stages=2)],
+                         ids=["vector", "plain", "tma"])
+def test_the_prologue_selects_its_steps_and_doubles_the_tma_stage(cfg):
+    silu = cfg.replace(prologue="silu_mul")
+    assert constants(render(silu.spec).source)["PROLOGUE"] == 1
+    assert "exp_f32" in render(silu.spec).source  # the SiLU·mul transform's numerics are rendered
+    if isinstance(cfg, QuantizeConfig):
+        assert silu.smem.q == 2 * cfg.smem.q  # each stage holds both halves' tiles

@@ -128,8 +128,8 @@ def test_tuned_table_configs_are_compiled_variants():
 
 def expected_bases(arch):
     """What all_variants(arch) should ship before layouts and modes: each SHIPPED(_MX) config fitted
-    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes and,
-    for MXFP4, both rounding modes."""
+    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes, for
+    MXFP4 both rounding modes, and under every prologue (a TMA config fitted to its larger stages)."""
     out = set()
     if ARCHS[arch].features.tma:
         out |= {fit for cfg in {**SHIPPED, **SHIPPED_MX}.values() if (fit := fitted(cfg, arch)) is not None}
@@ -137,9 +137,14 @@ def expected_bases(arch):
     else:
         choosable = []
     for cfg in choosable + [c.replace(arch=arch) for c in SIMT.values()]:
-        for dtype in ("bfloat16", "float16"):
-            for mode in ("rceil", "floor") if cfg.fmt == "mxfp4" else ("rceil",):
-                out.add(cfg.replace(input_dtype=dtype, mx_mode=mode))
+        for prologue in ("none", "silu_mul"):
+            for dtype in ("bfloat16", "float16"):
+                for mode in ("rceil", "floor") if cfg.fmt == "mxfp4" else ("rceil",):
+                    changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
+                    if isinstance(cfg, SimtConfig):
+                        out.add(cfg.replace(**changes))
+                    elif (fit := fitted(cfg, arch, **changes)) is not None:
+                        out.add(fit)
     return out
 
 
@@ -157,6 +162,7 @@ def test_all_variants(arch):
         base, layout, mode = name.split("/")
         assert (cfg.arch, cfg.sf_layout, cfg.tensor_sf_mode) == (arch, layout, mode)
         assert ("_fp16" in base) == (cfg.input_dtype == "float16"), name
+        assert ("_silu_mul" in base) == (cfg.prologue == "silu_mul"), name
     # the named configs keep their names where they fit unchanged
     for name, cfg in {**SHIPPED, **SHIPPED_MX, **SIMT}.items():
         if isinstance(cfg, SimtConfig) or fits(cfg, arch):
