@@ -100,11 +100,13 @@ def test_nvfp4_fp16_input_and_unaligned_pointers():
 
     rng = np.random.default_rng(3)
     check_nvfp4(cp, gate_up(100, 256, rng, np.float16), 3.0)
-    # A row stride the vector loads cannot serve: the plain kernel.
-    wide = gate_up(64, 264, rng)
-    x = cp.asarray(wide)[:, 4:]
+    # Rows 1030 bytes apart, a stride the vector loads cannot serve: the plain kernel.
+    x_host = gate_up(64, 256, rng)
+    wide = np.zeros((64, 515), np.uint16)
+    wide[:, :512] = x_host
+    x = cp.asarray(wide)[:, :512]
     q, sf = fp4q.silu_and_mul_quantize_nvfp4(x, 2.0)
-    want = reference.silu_and_mul_quantize_nvfp4(np.ascontiguousarray(wide[:, 4:]), np.float32(2.0))
+    want = reference.silu_and_mul_quantize_nvfp4(x_host, np.float32(2.0))
     assert_bytes_equal(cp.asnumpy(q), want[0], "q strided")
     assert_bytes_equal(cp.asnumpy(sf), want[1], "sf strided")
 

@@ -114,10 +114,14 @@ def test_schemas_lists_every_registered_op():
     assert len(listed) == len(set(listed)) == len(registered)
     assert sorted(listed) == sorted(str(_registered_overload(name)._schema) for name in registered)
     assert "fp4q.torch.schemas()" in ft.__doc__
-    # An option has its public function's name in the schema too (quantize_mxfp4's mode).
-    for name in ("quantize_mxfp4", "quantize_mxfp4_out"):
+    # An option has its public function's name in the schema, but where torch's functionalization
+    # of the out= ops takes that name for itself (mode): there, its config field's (mx_mode).
+    for name in ("quantize_mxfp4", "quantize_mxfp4_out", "silu_and_mul_quantize_mxfp4"):
         arguments = [a.name for a in getattr(torch.ops.fp4q, name).default._schema.arguments]
-        assert "mode" in arguments and "mx_mode" not in arguments, arguments
+        assert "mx_mode" in arguments and "mode" not in arguments, arguments
+    for name in ("dequantize_nvfp4", "quantize_nvfp4"):
+        arguments = [a.name for a in getattr(torch.ops.fp4q, name).default._schema.arguments]
+        assert "sf_layout" in arguments, arguments
 
 
 @pytest.mark.parametrize("name", ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4",
@@ -457,7 +461,9 @@ def _opcheck_samples():
     q, sf = ft.quantize_nvfp4(x, 0.5)
     ql, sfl = ft.quantize_nvfp4(x, 0.5, sf_layout="linear")
     qm, sfm = ft.quantize_mxfp4(x)
-    sf, sfl, sfm = (s.view(torch.uint8) for s in (sf, sfl, sfm))
+    hq, hsf = ft.silu_and_mul_quantize_nvfp4(x, 0.5)
+    hmsf = ft.silu_and_mul_quantize_mxfp4(x)[1]
+    sf, sfl, sfm, hsf, hmsf = (s.view(torch.uint8) for s in (sf, sfl, sfm, hsf, hmsf))
     ops = torch.ops.fp4q
     return [
         (ops.quantize_nvfp4.default, (x, 0.5)), (ops.quantize_nvfp4.default, (x, 0.5, "linear", False, True)),
@@ -475,6 +481,14 @@ def _opcheck_samples():
         (ops.quantize_nvfp4_dynamic.default, (x,)), (ops.quantize_nvfp4_dynamic.default, (x, "linear", False, True)),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(q), torch.empty_like(sf))),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(ql), torch.empty_like(sfl), "linear", False)),
+        # SiLU·mul of x's two halves (N = 64).
+        (ops.silu_and_mul_quantize_nvfp4.default, (x, 0.5)), (ops.silu_and_mul_quantize_nvfp4.Tensor, (x, t, "linear")),
+        (ops.silu_and_mul_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_nvfp4_dynamic.default, (x,)),
+        (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
+        (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
     ]
 
 

@@ -85,6 +85,16 @@ class TorchOutputs:
 OUTPUTS = (TorchOutputs(False), TorchOutputs(True))
 
 
+# Keyword names torch's functionalization of mutating ops takes for itself: an option of that name
+# goes into the schema by its kernel config field's name instead (quantize_mxfp4's mode: mx_mode).
+RESERVED = frozenset({"mode"})
+
+
+def schema_name(choice) -> str:
+    """An option's argument name in the schemas."""
+    return choice.field if choice.name in RESERVED else choice.name
+
+
 def has_codes(op: Op) -> bool:
     return any(o.kind == "codes" for o in op.outputs)
 
@@ -103,7 +113,7 @@ class Signature:
         self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
         if outs:
             args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
-        args += [f'str {c.name}="{c.default}"' for c in op.options]
+        args += [f'str {schema_name(c)}="{c.default}"' for c in op.options]
         args.append("bool pdl=True")
         if self.fp4:
             args.append("bool fp4_dtype=False")
