@@ -26,22 +26,23 @@ FP4Q_DEVICE u32 e2m1_magnitude_biased(float v) {
 }
 
 // The magnitude codes of eight floats, v[0] in the low nibble, sign bits
-// clear. The biased codes are combined by multiply-adds, pairs into bytes,
-// bytes into half-words, half-words into the word (three dependent steps
-// where a Horner chain takes eight), and the bias removed once, which keeps
-// the packing off the integer logic pipe.
+// clear. Each pair of biased codes becomes a byte by one multiply-add,
+// c0 + (c1 << 4), whose low byte is code0 + 16 * code1 exactly: the bias
+// bits(M) = 0x4B400000 has a zero low byte, and so has bits(M) << 4, and
+// code0 + 16 * code1 <= 119 carries nothing out of the byte. Three byte
+// permutes then gather the four low bytes into the word, and no bias is
+// left to remove (the multiply-add tree took two more multiply-adds and a
+// subtraction of the bias for the same word).
 template <bool CLAMP>
 FP4Q_DEVICE u32 e2m1x8_magnitudes(const float (&v)[8]) {
-    constexpr u32 bias = 0x4B400000u * 0x11111111u;  // bits(M) in every nibble, mod 2^32
     u32 c[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) c[i] = e2m1_magnitude_biased<CLAMP>(v[i]);
+    u32 pair[4];
 #pragma unroll
-    for (int stride = 1, shift = 4; stride < 8; stride *= 2, shift *= 2) {
-#pragma unroll
-        for (int i = 0; i < 8; i += 2 * stride) c[i] += c[i + stride] << shift;
-    }
-    return c[0] - bias;
+    for (int i = 0; i < 4; ++i) pair[i] = c[2 * i] + (c[2 * i + 1] << 4);
+    // Byte 0 of a and byte 0 of b (selector 4), twice, then the low half-words of both.
+    return prmt_b32(prmt_b32(pair[0], pair[1], 0x0040u), prmt_b32(pair[2], pair[3], 0x0040u), 0x5410u);
 }
 
 // The sign bits (bit 3 of each nibble) of eight floats. v is always a
