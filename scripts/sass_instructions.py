@@ -444,10 +444,11 @@ Cost = tuple[int, int]  # (cold instructions, -instructions): smaller is the com
 
 
 def best_path(blocks: list[Block], nodes: set[int], start: int, ends: dict[int, int | None],
-              removed: set[tuple[int, int]], cold: dict[int, int]) -> list[int] | None:
+              removed: set[tuple[int, int]], cold: dict[int, int], through: set[int] | None = None) -> list[int] | None:
     """The common path through ``nodes`` from ``start`` to one of ``ends`` (block -> instructions of
-    it that count, None for all): fewest cold instructions, then most instructions. Edges in
-    ``removed`` (back edges) are not followed; what is left must be acyclic."""
+    it that count, None for all): fewest cold instructions, then most instructions; with
+    ``through``, only paths that pass one of those blocks. Edges in ``removed`` (back edges) are
+    not followed; what is left must be acyclic."""
     indeg = {n: 0 for n in nodes}
     for n in nodes:
         for s in blocks[n].succ:
@@ -469,22 +470,26 @@ def best_path(blocks: list[Block], nodes: set[int], start: int, ends: dict[int, 
         count = len(blocks[n].instrs) if upto is None else upto
         return (cold.get(n, 0) if upto is None else min(cold.get(n, 0), count), -count)
 
-    best: dict[int, tuple[Cost, list[int]]] = {start: (block_cost(start), [start])}
+    # Best path to each (block, whether it has passed `through`).
+    passed = lambda n, before: before or through is None or n in through  # noqa: E731
+    best: dict[tuple[int, bool], tuple[Cost, list[int]]] = {(start, passed(start, False)): (block_cost(start), [start])}
     for n in order:
-        if n not in best:
-            continue
-        (c_cold, c_len), path = best[n]
-        for s in blocks[n].succ:
-            if s not in nodes or (n, s) in removed:
+        for flag in (False, True):
+            if (n, flag) not in best:
                 continue
-            sc_cold, sc_len = block_cost(s)
-            cand = ((c_cold + sc_cold + (1 if s in blocks[n].div_edges else 0), c_len + sc_len), path + [s])
-            if s not in best or cand[0] < best[s][0]:
-                best[s] = cand
+            (c_cold, c_len), path = best[(n, flag)]
+            for s in blocks[n].succ:
+                if s not in nodes or (n, s) in removed:
+                    continue
+                sc_cold, sc_len = block_cost(s)
+                key = (s, passed(s, flag))
+                cand = ((c_cold + sc_cold + (1 if s in blocks[n].div_edges else 0), c_len + sc_len), path + [s])
+                if key not in best or cand[0] < best[key][0]:
+                    best[key] = cand
     choices = []
     for end, upto in ends.items():
-        if end in best:
-            (c_cold, c_len), path = best[end]
+        if (end, True) in best:
+            (c_cold, c_len), path = best[(end, True)]
             if upto is not None:  # only part of the last block counts
                 full_cold, full_len = block_cost(end)
                 part_cold, part_len = block_cost(end, upto)
@@ -564,12 +569,31 @@ def _statement_end(code: str, i: int) -> int:
     return len(code)
 
 
-def cold_lines(source: str) -> set[int]:
-    """The 1-based lines of ``source`` that run only on the side a ``__builtin_expect`` calls
+_CALL = re.compile(r"\b(?!if\b|while\b|for\b|switch\b|return\b|sizeof\b|__builtin_expect\b)[A-Za-z_]\w*\s*(<[^;()]*>)?\s*\(")
+
+
+@dataclass(frozen=True)
+class ColdSource:
+    """Where ``__builtin_expect`` marks code unlikely (``cold_source``): ``lines`` whose code is
+    all on the unlikely side, and ``call_lines`` that share the unlikely side with a hot part
+    (``if (__builtin_expect(c, 0)) f();`` on one line) but hold calls only on the unlikely side,
+    so that what those calls inline is cold while the test itself is not."""
+
+    lines: frozenset[int] = frozenset()
+    call_lines: frozenset[int] = frozenset()
+
+    def holds(self, chain: tuple[int, ...]) -> bool:
+        """Whether an instruction of this inline chain (innermost first) is cold."""
+        return any(ln in self.lines for ln in chain) or any(ln in self.call_lines for ln in chain[1:])
+
+
+def cold_source(source: str) -> ColdSource:
+    """The lines of ``source`` (1-based) that run only on the side a ``__builtin_expect`` calls
     unlikely: the statement of ``if (__builtin_expect(c, 0))`` and the ``else`` of ``if
-    (__builtin_expect(c, 1))``. A line counts when all its code is on that side (braces and
-    ``else`` aside), so that a condition sharing its line with a brace stays hot, and holds more
-    than braces and ``else``."""
+    (__builtin_expect(c, 1))``. A line is cold when all its code is on that side (braces and
+    ``else`` aside, and it holds more than those), so that a condition sharing its line with a
+    brace stays hot; a line whose unlikely part holds a call and whose likely part none is a
+    cold call site."""
     code = _blank_comments(source)
     spans = []
     for m in re.finditer(r"\bif\s*\(\s*__builtin_expect\s*\(", code):
@@ -592,7 +616,7 @@ def cold_lines(source: str) -> set[int]:
             k = _skip_ws(code, then_end)
             if re.compile(r"else\b").match(code, k):
                 spans.append((k, _statement_end(code, k + 4)))
-    lines = set()
+    lines, call_lines = set(), set()
     starts = [0] + [i + 1 for i, ch in enumerate(code) if ch == "\n"]
     for lo, hi in spans:
         first = code.count("\n", 0, lo)
@@ -602,9 +626,18 @@ def cold_lines(source: str) -> set[int]:
             b = starts[ln + 1] - 1 if ln + 1 < len(starts) else len(code)
             outside = code[a:max(a, min(lo, b))] + code[min(max(hi, a), b):b]
             inside = code[max(a, lo):min(b, hi)]
-            if re.sub(r"[{}\s]|\belse\b", "", outside) == "" and re.sub(r"[{}\s]|\belse\b", "", inside):
+            if not re.sub(r"[{}\s]|\belse\b", "", inside):
+                continue
+            if re.sub(r"[{}\s]|\belse\b", "", outside) == "":
                 lines.add(ln + 1)
-    return lines
+            elif _CALL.search(inside) and not _CALL.search(outside):
+                call_lines.add(ln + 1)
+    return ColdSource(frozenset(lines), frozenset(call_lines))
+
+
+def cold_lines(source: str) -> set[int]:
+    """The wholly cold lines of ``source`` (``cold_source(source).lines``)."""
+    return set(cold_source(source).lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -794,33 +827,48 @@ class Analysis:
     one_pass_path: list[Instr] | None
 
 
-def analyse(function: Function, anchor_lines: set[int], cold_source: set[int],
+def analyse(function: Function, anchor_lines: set[int], cold: ColdSource | set[int],
             avoid: tuple[str, ...] = ()) -> Analysis:
-    """The steady-state loop of ``function`` and the common paths through it (module docstring)."""
+    """The steady-state loop of ``function`` and the common paths through it (module docstring).
+    ``cold``: the cold source (a set of lines: wholly cold lines)."""
+    source = cold if isinstance(cold, ColdSource) else ColdSource(frozenset(cold))
     blocks = build_cfg(function.instrs)
     loops = find_loops(blocks)
-    is_anchor = lambda ins: any(ln in anchor_lines for ln in ins.chain)  # noqa: E731
-    with_anchor = [lp for lp in loops if any(is_anchor(i) for b in lp.body for i in blocks[b].instrs)]
-    if not with_anchor:
-        raise ValueError(f"{function.name}: no loop holds the kernel's work")
-    # Innermost first; of loops that ptxas unswitched on a launch parameter, one without the
-    # avoided opcodes.
-    loop = min(with_anchor, key=lambda lp: (any(i.opcode in avoid for b in lp.body for i in blocks[b].instrs),
-                                            len(lp.body), sum(len(blocks[b].instrs) for b in lp.body)))
     removed = back_edges(blocks, loops)
-    nested = set().union(*[lp.body for lp in loops if lp.head != loop.head and lp.body < loop.body] or [set()])
     jumps = jump_calls(function.instrs)
-    cold_set: set[int] = set()
-    cold: dict[int, int] = {}
-    for b in loop.body:
-        for ins in blocks[b].instrs:
-            call = ins.base == "CALL" and ins.addr not in jumps
-            if b in nested or call or ins.opcode in avoid or any(ln in cold_source for ln in ins.chain):
-                cold_set.add(ins.addr)
-                cold[b] = cold.get(b, 0) + 1
-    path = best_path(blocks, loop.body, loop.head, {latch: None for latch in loop.latches}, removed, cold)
-    assert path is not None
-    steady_instrs = [ins for b in path for ins in blocks[b].instrs]
+    is_anchor = lambda ins: any(ln in anchor_lines for ln in ins.chain)  # noqa: E731
+
+    def common_path(loop: Loop):
+        nested = set().union(*[lp.body for lp in loops if lp.head != loop.head and lp.body < loop.body] or [set()])
+        cold_set: set[int] = set()
+        per_block: dict[int, int] = {}
+        for b in loop.body:
+            for ins in blocks[b].instrs:
+                call = ins.base == "CALL" and ins.addr not in jumps
+                if b in nested or call or ins.opcode in avoid or source.holds(ins.chain):
+                    cold_set.add(ins.addr)
+                    per_block[b] = per_block.get(b, 0) + 1
+        work = {b for b in loop.body if any(is_anchor(ins) for ins in blocks[b].instrs)}
+        path = best_path(blocks, loop.body, loop.head, {latch: None for latch in loop.latches}, removed, per_block,
+                         through=work)
+        instrs = [ins for b in path or [] for ins in blocks[b].instrs]
+        return path, instrs, cold_set, per_block, work
+
+    # The loop whose common path does the kernel's work: of those, the one whose path has the
+    # fewest cold instructions (a loop nested in another counts as cold in it, and of two copies
+    # that ptxas made by unswitching a loop on a launch parameter, the likely one), then the
+    # fewest avoided opcodes, then the innermost.
+    candidates = []
+    for loop in loops:
+        path, instrs, cold_set, per_block, work = common_path(loop)
+        if path:
+            key = (sum(ins.addr in cold_set for ins in instrs),
+                   any(i.opcode in avoid for b in loop.body for i in blocks[b].instrs),
+                   len(loop.body), sum(len(blocks[b].instrs) for b in loop.body))
+            candidates.append((key, loop, path, instrs, cold_set, per_block, work))
+    if not candidates:
+        raise ValueError(f"{function.name}: no loop holds the kernel's work")
+    _, loop, path, steady_instrs, cold_set, per_block, work = min(candidates, key=lambda c: c[0])
 
     # One pass: the common path from the head to the first way out of the loop after the work.
     last_work = max(ins.addr for ins in steady_instrs if is_anchor(ins))
@@ -833,7 +881,7 @@ def analyse(function: Function, anchor_lines: set[int], cold_source: set[int],
     one_pass = one_pass_instrs = None
     if exits:
         first = min(exits, key=lambda b: blocks[b].end)
-        p = best_path(blocks, loop.body, loop.head, {first: None}, removed, cold)
+        p = best_path(blocks, loop.body, loop.head, {first: None}, removed, per_block, through=work)
         if p is not None:
             one_pass_instrs = [ins for b in p for ins in blocks[b].instrs]
             one_pass = _count(one_pass_instrs, cold_set, jumps)
@@ -867,7 +915,7 @@ def measure(job: tuple[str, Kernel, str, bool]) -> dict:
         raise RuntimeError(f"{arch} {kernel.name}: the build with line information is not the shipped code")
     origins = source_origins(spec)
     source_lines = src.source.splitlines()
-    result = analyse(fn, _anchor_lines(origins, source_lines, kernel.anchor), cold_lines(src.source), kernel.avoid)
+    result = analyse(fn, _anchor_lines(origins, source_lines, kernel.anchor), cold_source(src.source), kernel.avoid)
 
     def record(pc: PathCount | None) -> dict | None:
         if pc is None:

@@ -182,7 +182,7 @@ def _work(fn: si.Function) -> si.Function:
 
 
 def test_common_path_and_one_pass():
-    a = si.analyse(_work(_fn(LOOP)), anchor_lines={7}, cold_source=set())
+    a = si.analyse(_work(_fn(LOOP)), anchor_lines={7}, cold=set())
     # The head, the long side of the diamond, past the slow path, the wait's fall-through, the
     # store, the latch.
     assert a.loop_head == 0x10
@@ -196,7 +196,7 @@ def test_common_path_and_one_pass():
 
 def test_an_unavoidable_call_is_counted_and_flagged():
     lines = [ln.replace("@!P1 BRA 0xa0", "NOP") for ln in LOOP]  # nothing skips the slow path
-    a = si.analyse(_work(_fn(lines)), anchor_lines={7}, cold_source=set())
+    a = si.analyse(_work(_fn(lines)), anchor_lines={7}, cold=set())
     assert 0x90 in {i.addr for i in a.path}
     assert a.steady.calls == 1 and a.steady.cold == 1
 
@@ -205,13 +205,45 @@ def test_cold_source_lines_steer_the_path():
     fn = _work(_fn(LOOP))
     _lines_of(fn, {0x50, 0x60, 0x70}, 3)  # the long side is an unlikely branch's
     _lines_of(fn, {0x20}, 7)
-    a = si.analyse(fn, anchor_lines={7}, cold_source={3})
+    a = si.analyse(fn, anchor_lines={7}, cold={3})
     assert [i.addr for i in a.path][:4] == [0x10, 0x20, 0x30, 0x40]
     assert a.steady.cold == 0
 
 
+def test_a_cold_call_site_steers_the_path():
+    fn = _work(_fn(LOOP))
+    for ins in fn.instrs:
+        if ins.addr in (0x50, 0x60, 0x70):
+            ins.chain = (40, 3)  # inlined from a call on line 3, a cold call site
+    a = si.analyse(fn, anchor_lines={7}, cold=si.ColdSource(call_lines=frozenset({3})))
+    assert [i.addr for i in a.path][:4] == [0x10, 0x20, 0x30, 0x40]
+
+
+def test_unswitched_copies_the_likely_one():
+    # Two copies of a loop (as ptxas unswitches on a launch parameter): the one whose common path
+    # holds no cold code is the steady state, whatever their sizes.
+    lines = [
+        "0000 @P0 BRA 0x60",
+        "0010 LDG.E R1, desc[UR4][R2.64]",  # copy 1: the unlikely one (cold work), smaller
+        "0020 FMUL R1, R1, R4",
+        "0030 @P1 BRA 0x10",
+        "0040 EXIT",
+        "0060 LDG.E R1, desc[UR4][R2.64]",  # copy 2: the likely one
+        "0070 FMUL R1, R1, R4",
+        "0080 FADD R1, R1, R4",
+        "0090 @P1 BRA 0x60",
+        "00a0 EXIT",
+    ]
+    fn = _fn(lines)
+    _lines_of(fn, {0x20}, 7)
+    fn.instrs[2].chain = (7, 3)  # the work of copy 1, inlined from a cold call site
+    _lines_of(fn, {0x70}, 7)
+    a = si.analyse(fn, anchor_lines={7}, cold=si.ColdSource(call_lines=frozenset({3})))
+    assert a.loop_head == 0x60 and a.steady.instructions == 4
+
+
 def test_avoided_opcodes():
-    a = si.analyse(_work(_fn(LOOP)), anchor_lines={7}, cold_source=set(), avoid=("FADD",))
+    a = si.analyse(_work(_fn(LOOP)), anchor_lines={7}, cold=set(), avoid=("FADD",))
     assert 0x50 not in {i.addr for i in a.path}
 
 
@@ -219,7 +251,7 @@ def test_no_loop_with_the_work_is_an_error():
     fn = _fn(LOOP)
     _lines_of(fn, {0x0}, 7)  # only the prologue is the work
     with pytest.raises(ValueError, match="no loop"):
-        si.analyse(fn, anchor_lines={7}, cold_source=set())
+        si.analyse(fn, anchor_lines={7}, cold=set())
 
 
 # --------------------------------------------------------------------------- cold source
@@ -243,6 +275,18 @@ int f(int x, bool finite) {
     return a;
 }
 """
+
+
+def test_cold_call_sites():
+    # One line: the test is hot, the call is cold (what it inlines), on the line of a one-line
+    # unlikely branch; not where the hot part of the line calls too.
+    src = ("void f(bool ok, bool x) {\n"
+           "    if (__builtin_expect(!ok, 0)) make_exact();\n"
+           "    if (__builtin_expect(check(x), 0)) other(x);\n"
+           "}\n")
+    cold = si.cold_source(src)
+    assert cold.lines == frozenset() and cold.call_lines == {2}
+    assert cold.holds((50, 2)) and not cold.holds((2,)) and not cold.holds((3, 9))
 
 
 def test_cold_lines():
