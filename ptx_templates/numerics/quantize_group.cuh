@@ -51,16 +51,23 @@ FP4Q_DEVICE void quantize_e2m1_words_as(const u32 (&w)[4 * WORDS], InvOf inv_of,
 // checks: `finite` says no input is NaN or infinite; `largest_scaled` is
 // the largest amax * inv of their groups, which bounds every |x * inv|
 // (rounding is monotone) and is NaN when an inv is NaN or infinite, or
-// 0 * Inf; `largest_inv` is the largest inv. The conversion instruction is
-// exact for every product, so with it there is nothing to decide and one
-// copy of the code.
-template <int WORDS, typename InvOf>
+// 0 * Inf; `largest_inv` is the largest inv. `inv_exact` says inv_of gives
+// the spec's inverse scales; where it does not (NVFP4 scales whose
+// reciprocal left rcp_rn_normal's range), `make_exact()` makes it so first,
+// and the general variant follows, so that the common case tests the range
+// in the same branch. The conversion instruction is exact for every
+// product, so with it there is no variant to decide and one copy of the code.
+template <int WORDS, typename InvOf, typename MakeExact>
 FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bool finite, float largest_scaled,
-                                     float largest_inv, u32 (&q)[WORDS]) {
+                                     float largest_inv, bool inv_exact, MakeExact make_exact, u32 (&q)[WORDS]) {
     if constexpr (FP4Q_HAS_CVT_E2M1) {
+        if (__builtin_expect(!inv_exact, 0)) make_exact();
         quantize_e2m1_words_as<false, true>(w, inv_of, q);
-    } else if (__builtin_expect(finite & (largest_scaled < 7.0f), 1)) {
+    } else if (__builtin_expect(inv_exact & finite & (largest_scaled < 7.0f), 1)) {
         quantize_e2m1_words_as<true, false>(w, inv_of, q);
+    } else if (!inv_exact) {
+        make_exact();
+        quantize_e2m1_words_as<false, true>(w, inv_of, q);
     } else if (finite & is_finite(largest_inv)) {
         quantize_e2m1_words_as<true, true>(w, inv_of, q);
     } else {
@@ -107,20 +114,31 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
     }
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) amax[g] = combine(amax[g]);
+    // NVFP4: the d of each group and its inverse by rcp_rn_normal, which is
+    // rcp.rn where scales_invert_in_range holds (every tensor_sf the spec
+    // allows); otherwise quantize_e2m1_words has make_exact redo them by rcp_rn.
+    float d[GROUPS];
     float inv[GROUPS];
     Run out;
     out.sf = 0;
-    if constexpr (SF_VEC == 16 && GROUPS % 2 == 0) {
+    if constexpr (SF_VEC == 16) {
 #pragma unroll
         for (int g = 0; g < GROUPS; g += 2) {
-            out.sf |= nvfp4_scale_pair(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, inv[g], inv[g + 1]) << (8 * g);
+            float unused;
+            const u32 bytes = g + 1 < GROUPS
+                                  ? nvfp4_scale_pair_d(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, d[g], d[g + 1])
+                                  : nvfp4_scale_pair_d(amax[g], 0.0f, tensor_sf, rcp_tensor_sf, d[g], unused) & 0xFFu;
+            out.sf |= bytes << (8 * g);
         }
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<true>(d[g]);
     } else {
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
             out.sf |= group_scale_byte<SF_VEC>(amax[g], tensor_sf, rcp_tensor_sf, inv[g]) << (8 * g);
         }
     }
+    const bool inv_exact = SF_VEC != 16 || scales_invert_in_range(rcp_tensor_sf);
     float largest_inv = inv[0];
     float largest_scaled = mul_rn(amax[0], inv[0]);
 #pragma unroll
@@ -128,7 +146,12 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
         largest_inv = max_nan_f32(largest_inv, inv[g]);
         largest_scaled = max_nan_f32(largest_scaled, mul_rn(amax[g], inv[g]));
     }
-    quantize_e2m1_words<WORDS / 4>(w, [&](int i) { return inv[i * 4 / GROUP_WORDS]; }, finite, largest_scaled,
-                                   largest_inv, out.q);
+    quantize_e2m1_words<WORDS / 4>(
+        w, [&](int i) { return inv[i * 4 / GROUP_WORDS]; }, finite, largest_scaled, largest_inv, inv_exact,
+        [&] {
+#pragma unroll
+            for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<false>(d[g]);
+        },
+        out.q);
     return out;
 }
