@@ -29,6 +29,17 @@ FP4Q_DEVICE u32 e4m3x2(float hi, float lo) {
     }
 }
 
+// One float to an e4m3 byte (spec step 4): the pair conversion with +0 in
+// the high half, whose byte e4m3(+0) = 0x00 needs no mask, or the software
+// one alone.
+FP4Q_DEVICE u32 e4m3_byte(float s) {
+    if constexpr (FP4Q_HAS_CVT_E4M3) {
+        return cvt_rn_satfinite_e4m3x2_f32(0.0f, s);
+    } else {
+        return software_e4m3(s);
+    }
+}
+
 // The value of an e4m3 byte in software, exactly. Its seven magnitude bits
 // at float32 bits 20..26 give a float whose exponent field is the e4m3
 // exponent and whose top three mantissa bits are the e4m3 mantissa; the
@@ -102,6 +113,18 @@ FP4Q_DEVICE u32 nvfp4_scale_pair_d(float amax_a, float amax_b, float tensor_sf, 
     d_a = mul_rn(sf_a, rcp_tensor_sf);
     d_b = mul_rn(sf_b, rcp_tensor_sf);
     return bytes;
+}
+
+// The same for one group (a run of one NVFP4 group): one float to convert,
+// where the pair's other half (an amax of 0 times tensor_sf) would cost a
+// multiply whose byte is thrown away.
+FP4Q_DEVICE u32 nvfp4_scale_d(float amax, float tensor_sf, float rcp_tensor_sf, float& d) {
+    const float s = mul_rn(tensor_sf, mul_rn(amax, f32_from_bits(0x3E2AAAABu)));
+    const u32 byte = e4m3_byte(s);  // bits 8..15 clear: no mask before the pair decode
+    float sf, unused;
+    e4m3x2_values(byte, sf, unused);
+    d = mul_rn(sf, rcp_tensor_sf);
+    return byte;
 }
 
 // Spec steps 3-5 for two groups: the scale bytes, group a in the low byte,

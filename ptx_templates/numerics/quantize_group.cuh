@@ -12,8 +12,14 @@
 template <int SF_VEC>
 FP4Q_DEVICE u32 group_scale_byte(float amax, float tensor_sf, float rcp_tensor_sf, float& inv) {
     if constexpr (SF_VEC == 16) {
-        float unused;
-        return nvfp4_scale_pair(amax, 0.0f, tensor_sf, rcp_tensor_sf, inv, unused) & 0xFFu;
+        float d;
+        const u32 byte = nvfp4_scale_d(amax, tensor_sf, rcp_tensor_sf, d);
+        if (__builtin_expect(scales_invert_in_range(rcp_tensor_sf), 1)) {
+            inv = inverse_scale<true>(d);
+        } else {
+            inv = inverse_scale<false>(d);
+        }
+        return byte;
     } else {
         const int e = mx_exponent<FP4Q_MX_RCEIL>(amax);
         inv = exp2_neg(e);
@@ -124,10 +130,9 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
     if constexpr (SF_VEC == 16) {
 #pragma unroll
         for (int g = 0; g < GROUPS; g += 2) {
-            float unused;
             const u32 bytes = g + 1 < GROUPS
                                   ? nvfp4_scale_pair_d(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, d[g], d[g + 1])
-                                  : nvfp4_scale_pair_d(amax[g], 0.0f, tensor_sf, rcp_tensor_sf, d[g], unused) & 0xFFu;
+                                  : nvfp4_scale_d(amax[g], tensor_sf, rcp_tensor_sf, d[g]);
             out.sf |= bytes << (8 * g);
         }
 #pragma unroll
