@@ -55,19 +55,17 @@ FP4Q_DEVICE u32 e2m1x8_signs(const float (&v)[8]) {
     return signs;
 }
 
-// The magnitude codes `mags` with the sign bits of their eight elements read
-// off the four packed input words the products came from (both input types
-// keep the signs in bits 15 and 31 of a word): four byte permutes and two
-// logic ops for eight elements instead of two integer ops per element. The
-// sign bits go into `mags` one half at a time, each an OR with a mask that
-// one LOP3 takes (the sign word first and then `mags` took three).
-FP4Q_DEVICE u32 e2m1x8_with_input_signs(u32 mags, u32 w0, u32 w1, u32 w2, u32 w3) {
+// The same sign bits read off the four packed input words the products came
+// from (both input types keep the signs in bits 15 and 31 of a word): four
+// byte permutes and two logic ops for eight elements instead of two integer
+// ops per element.
+FP4Q_DEVICE u32 e2m1x8_input_signs(u32 w0, u32 w1, u32 w2, u32 w3) {
     // Bytes 1 and 3 of each word, each replaced by its sign bit repeated.
     const u32 lo01_hi01 = prmt_b32(w0, w1, 0xFBD9u);
     const u32 lo23_hi23 = prmt_b32(w2, w3, 0xFBD9u);
     const u32 lo = prmt_b32(lo01_hi01, lo23_hi23, 0x5410u);  // byte i: sign of element 2i
     const u32 hi = prmt_b32(lo01_hi01, lo23_hi23, 0x7632u);  // byte i: sign of element 2i + 1
-    return lop3_or_and(lop3_or_and(mags, lo, 0x08080808u), hi, 0x80808080u);
+    return (lo & 0x08080808u) | (hi & 0x80808080u);
 }
 
 // Eight floats v (products of the packed inputs w0..w3 and an inverse
@@ -90,8 +88,8 @@ FP4Q_DEVICE u32 e2m1x8(const float (&v)[8], u32 w0, u32 w1, u32 w2, u32 w3) {
         for (int i = 0; i < 4; ++i) word |= cvt_rn_satfinite_e2m1x2_f32(v[2 * i + 1], v[2 * i]) << (8 * i);
         return word;
     } else {
-        const u32 mags = e2m1x8_magnitudes<CLAMP>(v);
-        return INPUT_SIGNS ? e2m1x8_with_input_signs(mags, w0, w1, w2, w3) : mags | e2m1x8_signs(v);
+        const u32 signs = INPUT_SIGNS ? e2m1x8_input_signs(w0, w1, w2, w3) : e2m1x8_signs(v);
+        return e2m1x8_magnitudes<CLAMP>(v) | signs;
     }
 }
 

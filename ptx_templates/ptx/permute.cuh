@@ -10,11 +10,3 @@ FP4Q_DEVICE u32 prmt_b32(u32 a, u32 b, u32 selector) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
     return d;
 }
-
-// a | (b & c) as one LOP3 (lookup table 0xF8), whatever the compiler would
-// make of the expression around it.
-FP4Q_DEVICE u32 lop3_or_and(u32 a, u32 b, u32 c) {
-    u32 d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
