@@ -95,6 +95,11 @@ CALL RET BAR SYNCS VOTE MEMBAR DEPBAR NOP ...``), ``other`` (moves, special
 registers, shuffles: ``MOV CS2R S2R R2UR SHFL ...``). Uniform-datapath
 instructions count like the others: each takes an issue slot of its warp.
 
+Beside the counts: ptxas's registers and spill bytes of each kernel (a cut
+that makes a kernel at its register cap spill is no cut), the loop's head
+address, its blocks and its static size (every instruction of its blocks,
+all variants included).
+
 ``--annotate REGEX`` prints, for the matching kernels, each instruction of
 the common path with its class and its source (template file, line, text,
 innermost first, the call chain up to the kernel), then the path's counts per
@@ -928,6 +933,7 @@ def measure(job: tuple[str, Kernel, str, bool]) -> dict:
     out = {
         "arch": arch, "kernel": kernel.name, "config": repr(kernel.cfg), "note": kernel.note,
         "elements": kernel.elements, "registers": compiled.resources.registers,
+        "spill_bytes": compiled.resources.spill_bytes,
         "loop_head": f"{result.loop_head:#x}", "loop_blocks": result.loop_blocks,
         "loop_static_instructions": result.loop_static, "kernel_instructions": len(fn.instrs),
         "steady": record(result.steady), "one_pass": record(result.one_pass),
@@ -962,7 +968,8 @@ def table(records: list[dict]) -> str:
         per = " | ".join(f"{s['per_class_per_element'][c]:.2f}" for c in CLASSES)
         flag = " (!)" if s["calls"] else ""
         one = f"{o['instructions']} | {o['per_element']:.2f}" if o else "- | -"
-        lines.append(f"| {r['arch']} | {r['kernel']} | {r['elements']} | {r['registers']} | {s['instructions']}{flag}"
+        regs = f"{r['registers']}" + (f" (spills {r['spill_bytes']} B)" if r.get("spill_bytes") else "")
+        lines.append(f"| {r['arch']} | {r['kernel']} | {r['elements']} | {regs} | {s['instructions']}{flag}"
                      f" | {s['per_element']:.2f} | {per} | {one} |")
     return "\n".join(lines)
 
