@@ -42,6 +42,20 @@ FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
     return e2m1x8<INPUT_SIGNS, CLAMP>(v, w0, w1, w2, w3);
 }
 
+// The fast variant's word for a power-of-two inverse scale (e2m1x8_pow2):
+// eight packed inputs and the group's factors {2 inv, inv, inv / 2}.
+struct Pow2Factors {
+    float two_inv;
+    float inv;
+    float half_inv;
+};
+
+FP4Q_DEVICE u32 quantize_e2m1x8_pow2(u32 w0, u32 w1, u32 w2, u32 w3, const Pow2Factors& f) {
+    const float x[8] = {input_lo(w0), input_hi(w0), input_lo(w1), input_hi(w1),
+                        input_lo(w2), input_hi(w2), input_lo(w3), input_hi(w3)};
+    return e2m1x8_pow2(x, w0, w1, w2, w3, f.two_inv, f.inv, f.half_inv);
+}
+
 // Words of eight codes, q[i] from the packed inputs w[4i .. 4i+3] times
 // inv_of(i), by one e2m1 variant for all of them.
 template <bool INPUT_SIGNS, bool CLAMP, int WORDS, typename InvOf>
@@ -63,13 +77,17 @@ FP4Q_DEVICE void quantize_e2m1_words_as(const u32 (&w)[4 * WORDS], InvOf inv_of,
 // and the general variant follows, so that the common case tests the range
 // in the same branch. The conversion instruction is exact for every
 // product, so with it there is no variant to decide and one copy of the code.
-template <int WORDS, typename InvOf, typename MakeExact>
+template <int WORDS, typename InvOf, typename FastWord, typename MakeExact>
 FP4Q_DEVICE void quantize_e2m1_words(const u32 (&w)[4 * WORDS], InvOf inv_of, bool finite, float largest_scaled,
-                                     float largest_inv, bool inv_exact, MakeExact make_exact, u32 (&q)[WORDS]) {
+                                     float largest_inv, bool inv_exact, MakeExact make_exact, bool fast_word_ok,
+                                     FastWord fast_word, u32 (&q)[WORDS]) {
     if constexpr (FP4Q_HAS_CVT_E2M1) {
         if (__builtin_expect(!inv_exact, 0)) make_exact();
         quantize_e2m1_words_as<false, true>(w, inv_of, q);
-    } else if (__builtin_expect(inv_exact & finite & (largest_scaled < 7.0f), 1)) {
+    } else if (__builtin_expect(inv_exact & finite & (largest_scaled < 7.0f) & fast_word_ok, 1)) {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) q[i] = fast_word(i);
+    } else if (inv_exact & finite & (largest_scaled < 7.0f)) {
         quantize_e2m1_words_as<true, false>(w, inv_of, q);
     } else if (!inv_exact) {
         make_exact();
@@ -151,12 +169,36 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
         largest_inv = max_nan_f32(largest_inv, inv[g]);
         largest_scaled = max_nan_f32(largest_scaled, mul_rn(amax[g], inv[g]));
     }
+    // The fast variant's words: NVFP4 multiplies by inv first; MXFP4's inv is
+    // a power of two, and e2m1x8_pow2 folds it into the roundings, with the
+    // factors {2 inv, inv, inv / 2}, exact where inv <= 2^126 (2^-e, e >= -126;
+    // a group of zeros, e = -127, takes 1, which is as good for zeros).
+    Pow2Factors factors[GROUPS];
+    bool pow2_ok = true;
+    if constexpr (SF_VEC == 32 && !FP4Q_HAS_CVT_E2M1) {
+        float largest_factor = 0.0f;
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+            const float f = amax[g] == 0.0f ? 1.0f : inv[g];
+            factors[g] = {mul_rn(f, 2.0f), f, mul_rn(f, 0.5f)};
+            largest_factor = g == 0 ? f : max_f32(largest_factor, f);
+        }
+        pow2_ok = largest_factor <= 0x1p126f;
+    }
+    const auto fast_word = [&](int i) {
+        const u32 w0 = w[4 * i], w1 = w[4 * i + 1], w2 = w[4 * i + 2], w3 = w[4 * i + 3];
+        if constexpr (SF_VEC == 32) {
+            return quantize_e2m1x8_pow2(w0, w1, w2, w3, factors[i * 4 / GROUP_WORDS]);
+        } else {
+            return quantize_e2m1x8<true, false>(w0, w1, w2, w3, inv[i * 4 / GROUP_WORDS]);
+        }
+    };
     quantize_e2m1_words<WORDS / 4>(
         w, [&](int i) { return inv[i * 4 / GROUP_WORDS]; }, finite, largest_scaled, largest_inv, inv_exact,
         [&] {
 #pragma unroll
             for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<false>(d[g]);
         },
-        out.q);
+        pow2_ok, fast_word, out.q);
     return out;
 }
