@@ -594,8 +594,9 @@ class ColdSource:
 
 def cold_source(source: str) -> ColdSource:
     """The lines of ``source`` (1-based) that run only on the side a ``__builtin_expect`` calls
-    unlikely: the statement of ``if (__builtin_expect(c, 0))`` and the ``else`` of ``if
-    (__builtin_expect(c, 1))``. A line is cold when all its code is on that side (braces and
+    unlikely: the statement of ``if (__builtin_expect(c, 0))``, the ``else`` of ``if
+    (__builtin_expect(c, 1))`` and, where that has no ``else`` and its statement returns (or
+    breaks, continues), the rest of the enclosing block. A line is cold when all its code is on that side (braces and
     ``else`` aside, and it holds more than those), so that a condition sharing its line with a
     brace stays hot; a line whose unlikely part holds a call and whose likely part none is a
     cold call site."""
@@ -621,6 +622,9 @@ def cold_source(source: str) -> ColdSource:
             k = _skip_ws(code, then_end)
             if re.compile(r"else\b").match(code, k):
                 spans.append((k, _statement_end(code, k + 4)))
+            elif _leaves(code[then_start:then_end]):
+                # The likely branch returns: the rest of the enclosing block is its else.
+                spans.append((k, _block_end(code, then_end)))
     lines, call_lines = set(), set()
     starts = [0] + [i + 1 for i, ch in enumerate(code) if ch == "\n"]
     for lo, hi in spans:
@@ -638,6 +642,29 @@ def cold_source(source: str) -> ColdSource:
             elif _CALL.search(inside) and not _CALL.search(outside):
                 call_lines.add(ln + 1)
     return ColdSource(frozenset(lines), frozenset(call_lines))
+
+
+def _leaves(statement: str) -> bool:
+    """Whether a statement ends by leaving its block: its last simple statement is a return,
+    break, continue or goto."""
+    body = statement.strip()
+    while body.endswith("}"):
+        body = body[:-1].rstrip()
+    last = body.rstrip(";").rsplit(";", 1)[-1].lstrip("{ \t\n")
+    return re.match(r"(return|break|continue|goto)\b", last) is not None
+
+
+def _block_end(code: str, i: int) -> int:
+    """The index of the brace that closes the block holding position ``i``."""
+    depth = 0
+    for j in range(i, len(code)):
+        if code[j] == "{":
+            depth += 1
+        elif code[j] == "}":
+            if depth == 0:
+                return j
+            depth -= 1
+    return len(code)
 
 
 def cold_lines(source: str) -> set[int]:

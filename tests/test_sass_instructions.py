@@ -289,6 +289,23 @@ def test_cold_call_sites():
     assert cold.holds((50, 2)) and not cold.holds((2,)) and not cold.holds((3, 9))
 
 
+def test_cold_after_a_likely_return():
+    src = ("int e(unsigned t) {\n"
+           "    if (__builtin_expect(t < 9u, 1)) {\n"
+           "        return t + 1;\n"
+           "    }\n"
+           "    if (t == 0) return -1;\n"
+           "    return slow(t);\n"
+           "}\n"
+           "int g(unsigned t) {\n"
+           "    if (__builtin_expect(t < 9u, 1)) {\n"
+           "        t += 1;\n"
+           "    }\n"
+           "    return t;\n"
+           "}\n")
+    assert si.cold_lines(src) == {5, 6}
+
+
 def test_cold_lines():
     # The unlikely then-block (4), the else chain after the likely branch (its condition 10 and
     # bodies 11 and 13; lines of braces and else alone are not code); not the one-statement
