@@ -7,24 +7,35 @@
 #include "numerics/e8m0.cuh"
 #include "numerics/input.cuh"
 
-// The scale byte of one group from its amax, and the inverse scale its
-// elements are multiplied by: e4m3 (NVFP4, SF_VEC 16) or e8m0 (MXFP4, 32).
+// The scale byte of one group from its amax: e4m3 (NVFP4, SF_VEC 16), with
+// the d whose inverse its elements are multiplied by (inverse_scale), or
+// e8m0 (MXFP4, 32), with that inverse scale itself, 2^-e (d is left 0).
+template <int SF_VEC>
+FP4Q_DEVICE u32 group_scale(float amax, float tensor_sf, float rcp_tensor_sf, float& d, float& inv) {
+    if constexpr (SF_VEC == 16) {
+        return nvfp4_scale_d(amax, tensor_sf, rcp_tensor_sf, d);
+    } else {
+        const int e = mx_exponent<FP4Q_MX_RCEIL>(amax);
+        d = 0.0f;
+        inv = exp2_neg(e);
+        return static_cast<u32>(e + 127);
+    }
+}
+
+// The scale byte of one group and the inverse scale its elements are
+// multiplied by.
 template <int SF_VEC>
 FP4Q_DEVICE u32 group_scale_byte(float amax, float tensor_sf, float rcp_tensor_sf, float& inv) {
+    float d;
+    const u32 byte = group_scale<SF_VEC>(amax, tensor_sf, rcp_tensor_sf, d, inv);
     if constexpr (SF_VEC == 16) {
-        float d;
-        const u32 byte = nvfp4_scale_d(amax, tensor_sf, rcp_tensor_sf, d);
         if (__builtin_expect(scales_invert_in_range(rcp_tensor_sf), 1)) {
             inv = inverse_scale<true>(d);
         } else {
             inv = inverse_scale<false>(d);
         }
-        return byte;
-    } else {
-        const int e = mx_exponent<FP4Q_MX_RCEIL>(amax);
-        inv = exp2_neg(e);
-        return static_cast<u32>(e + 127);
     }
+    return byte;
 }
 
 // Words g * N .. g * N + N - 1 of w: group g's packed inputs.
@@ -145,21 +156,20 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
     float inv[GROUPS];
     Run out;
     out.sf = 0;
-    if constexpr (SF_VEC == 16) {
+    if constexpr (SF_VEC == 16 && GROUPS % 2 == 0) {
 #pragma unroll
         for (int g = 0; g < GROUPS; g += 2) {
-            const u32 bytes = g + 1 < GROUPS
-                                  ? nvfp4_scale_pair_d(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, d[g], d[g + 1])
-                                  : nvfp4_scale_d(amax[g], tensor_sf, rcp_tensor_sf, d[g]);
-            out.sf |= bytes << (8 * g);
+            out.sf |= nvfp4_scale_pair_d(amax[g], amax[g + 1], tensor_sf, rcp_tensor_sf, d[g], d[g + 1]) << (8 * g);
         }
-#pragma unroll
-        for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<true>(d[g]);
     } else {
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
-            out.sf |= group_scale_byte<SF_VEC>(amax[g], tensor_sf, rcp_tensor_sf, inv[g]) << (8 * g);
+            out.sf |= group_scale<SF_VEC>(amax[g], tensor_sf, rcp_tensor_sf, d[g], inv[g]) << (8 * g);
         }
+    }
+    if constexpr (SF_VEC == 16) {
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<true>(d[g]);
     }
     const bool inv_exact = SF_VEC != 16 || scales_invert_in_range(rcp_tensor_sf);
     float largest_inv = inv[0];
