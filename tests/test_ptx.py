@@ -17,6 +17,7 @@ MNEMONICS = {
     "fma_rn": "fma.rn.f32",
     "add_rn": "add.rn.f32",
     "rcp_rn": "rcp.rn.f32",
+    "rcp_approx_ftz_f32": "rcp.approx.ftz.f32",
     "div_rn": "div.rn.f32",
     "max_f32": "max.f32",
     "min_f32": "min.f32",
@@ -93,6 +94,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = fma_rn(r, a, b);
     r = add_rn(r, a);
     r = rcp_rn(r);
+    r = add_rn(r, rcp_approx_ftz_f32(b));
     r = div_rn(r, b);
     r = max_f32(r, a);
     r = min_f32(r, b);

@@ -71,6 +71,21 @@ FP4Q_DEVICE float e4m3_value(u32 byte) {
     return value;
 }
 
+// 1 / a correctly rounded, for 2^-126 <= |a| < 2^126 only: the fast path of
+// ptxas's own rcp.rn.f32 (the same on sm_80, sm_90a and sm_100f: MUFU.RCP,
+// then one Newton step r + r * -(a * r - 1)) without the test of a's
+// exponent (biased 1..252) that sends other values to its IEEE slow path,
+// so that a caller who knows the range pays three instructions instead of
+// a test, a branch and a reconvergence. ptxas negates the residual
+// e = a * r - 1 with an FADD.FTZ; here the negation folds into the FMA,
+// which differs only for a subnormal e, where |r * e| < 2^-126 |r| is far
+// below half an ulp of r and r + r * -e rounds to r either way.
+FP4Q_DEVICE float rcp_rn_normal(float a) {
+    const float r = rcp_approx_ftz_f32(a);
+    const float e = fma_rn(a, r, -1.0f);
+    return fma_rn(r, -e, r);
+}
+
 // Whether every nonzero d = float32(sf) * rcp_tensor_sf of an NVFP4 scale sf
 // is a normal float below 2^126, where rcp_rn_normal is rcp.rn: the nonzero
 // |sf| lie in [2^-9, 448] (e4m3, or 448 where satfinite clamps; a NaN sf

@@ -29,23 +29,11 @@ FP4Q_DEVICE float rcp_rn(float a) {
     return d;
 }
 
-// 1 / a correctly rounded, for 2^-126 <= |a| < 2^126 only: the fast path of
-// ptxas's own rcp.rn.f32 (the same on sm_80, sm_90a and sm_100f: MUFU.RCP,
-// then one Newton step r + r * -(a * r - 1)) without the test of a's
-// exponent (biased 1..252) that sends other values to its IEEE slow path,
-// so that a caller who knows the range pays three instructions instead of
-// a test, a branch and a reconvergence. ptxas negates the residual
-// e = a * r - 1 with an FADD.FTZ; here the negation folds into the FMA,
-// which differs only for a subnormal e, where |r * e| < 2^-126 |r| is far
-// below half an ulp of r and r + r * -e rounds to r either way.
-FP4Q_DEVICE float rcp_rn_normal(float a) {
+// MUFU.RCP: 1 / a to about an ulp, subnormal inputs flushed (the start of
+// rcp.rn's own fast path; numerics/e4m3.cuh: rcp_rn_normal).
+FP4Q_DEVICE float rcp_approx_ftz_f32(float a) {
     float d;
-    asm("{\n\t.reg .f32 r, e;\n\t"
-        "rcp.approx.ftz.f32 r, %1;\n\t"
-        "fma.rn.f32 e, %1, r, 0fBF800000;\n\t"
-        "neg.f32 e, e;\n\t"
-        "fma.rn.f32 %0, r, e, r;\n\t}"
-        : "=f"(d) : "f"(a));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
     return d;
 }
 
