@@ -19,6 +19,7 @@ MNEMONICS = {
     "sub_rn": "sub.rn.f32",
     "sqrt_rn": "sqrt.rn.f32",
     "rcp_rn": "rcp.rn.f32",
+    "rcp_approx_ftz_f32": "rcp.approx.ftz.f32",
     "div_rn": "div.rn.f32",
     "max_f32": "max.f32",
     "min_f32": "min.f32",
@@ -99,6 +100,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     r = sub_rn(r, b);
     r = sqrt_rn(r);
     r = rcp_rn(r);
+    r = add_rn(r, rcp_approx_ftz_f32(b));
     r = div_rn(r, b);
     r = max_f32(r, a);
     r = min_f32(r, b);

@@ -31,6 +31,15 @@ FP4Q_DEVICE u32 max_x2(u32 a, u32 b) {
     }
 }
 
+// Per-lane maximum of two pairs; a NaN lane wins.
+FP4Q_DEVICE u32 max_nan_x2(u32 a, u32 b) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return max_nan_f16x2(a, b);
+    } else {
+        return max_nan_bf16x2(a, b);
+    }
+}
+
 // Both elements of a pair with the sign bits cleared.
 constexpr u32 MAGNITUDE_X2 = 0x7FFF7FFFu;
 

@@ -41,6 +41,14 @@ FP4Q_DEVICE float rcp_rn(float a) {
     return d;
 }
 
+// MUFU.RCP: 1 / a to about an ulp, subnormal inputs flushed (the start of
+// rcp.rn's own fast path; numerics/e4m3.cuh: rcp_rn_normal).
+FP4Q_DEVICE float rcp_approx_ftz_f32(float a) {
+    float d;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
+    return d;
+}
+
 FP4Q_DEVICE float div_rn(float a, float b) {
     float d;
     asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
