@@ -1,4 +1,4 @@
-"""scripts/sass_instructions.py: the parser, the classes, the control flow and the common path on
+"""scripts/gpu/sass_instructions.py: the parser, the classes, the control flow and the common path on
 canned SASS written for these tests, and one real kernel per target (NVRTC and nvdisasm, no GPU)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-_SCRIPT = next((pathlib.Path(__file__).resolve().parents[1] / "scripts").rglob("sass_instructions.py"))
+_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "sass_instructions.py"
 sys.path.insert(0, str(_SCRIPT.parent))
 import sass_instructions as si  # noqa: E402
 

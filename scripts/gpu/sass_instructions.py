@@ -1,6 +1,6 @@
 """SASS instructions per element in the steady state of each kernel a call can choose.
 
-    python scripts/sass_instructions.py [--arch sm_90a --arch sm_100f --arch sm_80] [--json OUT]
+    python scripts/gpu/sass_instructions.py [--arch sm_90a --arch sm_100f --arch sm_80] [--json OUT]
                                         [--match REGEX] [--jobs N] [--annotate REGEX]
 
 For each kernel (below) and target, the kernel is rendered and compiled as the
@@ -793,12 +793,22 @@ def kernels(arch: str) -> list[Kernel]:
     for cfg, names in tma.items():
         c = _constants(cfg)
         elements = c["TILE_M"] * c["TILE_K"] // c["CONSUMER_THREADS"]
-        fmt = "mxfp4" if cfg.sf_vec_size == 32 else "nvfp4"
-        out.append(Kernel(f"quantize/tma_{fmt}_{_tma_name(cfg)}", cfg, elements, QUANTIZE_ANCHOR,
+        out.append(Kernel(f"quantize/tma_{cfg.fmt}_{_tma_name(cfg)}", cfg, elements, QUANTIZE_ANCHOR,
                           note=", ".join(names)))
     for threads in FUSED_DYNAMIC_BLOCK_SIZES:
         cfg = FusedDynamicConfig(threads=threads, arch=arch)
         out.append(Kernel(f"quantize/dynamic_{threads}", cfg, _constants(cfg)["VEC_ELEMS"], QUANTIZE_ANCHOR))
+    # The fused SiLU·mul quantizers: per element of h (each reads two of x).
+    for key in ("vec_128", "vec_128_x32", "mx_vec_128_x32"):
+        cfg = variants.SIMT[key].replace(arch=arch, prologue="silu_mul")
+        out.append(Kernel(f"silu_mul/vector_{cfg.fmt}_x{cfg.vector_elements}", cfg, cfg.vector_elements,
+                          QUANTIZE_ANCHOR))
+    if target(arch).features.tma:
+        fit = variants.fitted(variants.default_config(arch), arch, prologue="silu_mul")
+        if fit is not None:
+            c = _constants(fit)
+            out.append(Kernel(f"silu_mul/tma_nvfp4_{_tma_name(fit)}", fit,
+                              c["TILE_M"] * c["TILE_K"] // c["CONSUMER_THREADS"], QUANTIZE_ANCHOR))
     dq_bases: dict[str, object] = {"vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}
     if target(arch).features.tma:
         fit = variants.fitted(DequantizeConfig(), arch)
@@ -807,8 +817,7 @@ def kernels(arch: str) -> list[Kernel]:
     for label, base in dq_bases.items():
         for fmt in ("nvfp4", "mxfp4"):
             for dtype in ("bfloat16", "float32"):
-                mode = "value" if fmt == "nvfp4" else "none"
-                cfg = base.replace(arch=arch, fmt=fmt, out_dtype=dtype, tensor_sf_mode=mode)
+                cfg = base.replace(arch=arch, fmt=fmt, out_dtype=dtype)
                 if isinstance(cfg, DequantizeConfig):
                     c = _constants(cfg)
                     elements = c["TILE_M"] * c["TILE_K"] // c["CONSUMER_THREADS"]
