@@ -58,8 +58,8 @@ ops, digests = {}, {}
 # The ops at one shape and the digests of their outputs: a function, so that each
 # shape's lambdas keep that shape's arrays (a loop body would leave every lambda
 # with the last shape's).
+# The swizzled scales' shape, written out: the trees' own helpers take different arguments.
 def swizzled(m, groups):
-    """The swizzled scales' shape, written out: the trees' own helpers take different arguments."""
     return (-(-m // 128), -(-groups // 4), 32, 4, 4)
 
 

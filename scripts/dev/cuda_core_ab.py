@@ -121,7 +121,6 @@ def time_maps(rounds: int, sets: int = 200) -> dict:
     ``StridedMemoryView.as_tensor_map`` over views of the same arrays (where it can build them:
     an error is reported as such)."""
     import cupy as cp
-    from cuda.bindings import driver as cu
     from cuda.core.utils import StridedMemoryView
 
     import fp4q
@@ -137,10 +136,12 @@ def time_maps(rounds: int, sets: int = 200) -> dict:
     arrays = {"x": x, "out": q, "sf_out": sf}
     extents = {"x": Extent(m, k, 2 * k), "out": Extent(m, k // 2, k // 2), "sf_out": Extent(m, k // 16, 0)}
     maps = cfg.spec.maps
-    swizzles = {0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE, 32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-                64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B, 128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
-    l2 = {0: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
-          256: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B}
+    # cuda.core takes its own enums (cuda.core 1.2 keeps them in a private module).
+    from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
+
+    swizzles = {0: TensorMapSwizzle.NONE, 32: TensorMapSwizzle.SWIZZLE_32B,
+                64: TensorMapSwizzle.SWIZZLE_64B, 128: TensorMapSwizzle.SWIZZLE_128B}
+    l2 = {0: TensorMapL2Promotion.NONE, 256: TensorMapL2Promotion.L2_256B}
     # The arrays as the maps see them, outermost dimension first.
     views = {"x": x, "out": q, "sf_out": sf.reshape(sf.shape[0], sf.shape[1], 32, 16)}
 
