@@ -1024,6 +1024,22 @@ def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch
     assert names[:2] == expected and len(names) == 3
 
 
+def test_the_dynamic_scale_holds_partial_maxima_only_where_two_passes_write_them(gpu, monkeypatch):
+    """One launch returns a scalar of its own; two passes put the amax pass's partial
+    maxima after the scale, in the same allocation, so that they live as long as it."""
+    cp = gpu.cupy
+    _, _, scale, names, _ = _dynamic_call(gpu, cp.array((32, 4096)))
+    assert names == ["fp4q_quantize_fp4_dynamic"]
+    assert cp.allocations[-1] is scale and scale.shape == () and scale.nbytes == 4
+    monkeypatch.setattr(launch_module, "counter_for", lambda dev, stream: 0)  # captured: no counter
+    _, _, scale, names, launches = _dynamic_call(gpu, cp.array((32, 4096)))
+    assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and scale.shape == ()
+    buffer = cp.allocations[-1]
+    partials = launches[0]["grid"][0]
+    assert buffer.shape == (1 + partials,) and buffer.data.ptr == scale.data.ptr
+    assert launches[0]["args"]["partial"] == scale.data.ptr + 4 and launches[1]["args"]["count"] == partials
+
+
 def test_dynamic_with_a_config_the_call_refuses_launches_nothing(gpu):
     """The config's rules run before the two passes' global_scale is launched."""
     cp = gpu.cupy

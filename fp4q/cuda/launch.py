@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import struct
 import threading
 from typing import Mapping, Sequence
@@ -114,7 +115,12 @@ class Launcher:
         if len(spec.maps) != maps or [m.param for m in spec.maps] != list(self.map_names):
             raise ValueError(f"the map parameters {self.map_names} are not the spec's maps "
                              f"{[m.param for m in spec.maps]}")
-        self._map_operands = tuple(slot_index[m.operand] for m in spec.maps if m.geometry != "unused")
+        operands = [slot_index[m.operand] for m in spec.maps if m.geometry != "unused"]
+        # The mapped values among a call's values, as a tuple (itemgetter of one index returns the value alone).
+        if len(operands) == 1:
+            self._map_operands = lambda values, index=operands[0]: (values[index],)
+        else:
+            self._map_operands = operator.itemgetter(*operands) if operands else None
         self._map_statics = tuple(
             (m.operand, m.element_bytes, *m.dims_strides(extents[m.operand]), m.box, m.swizzle, m.l2_promotion)
             for m in spec.maps if m.geometry != "unused")
@@ -200,7 +206,7 @@ class Launcher:
             pack, address, configs, streams = self._thread_state()
         if self.map_names:
             # objects: held until the driver has copied the maps, should another thread evict the entry.
-            pointers = tuple([values[i] for i in self._map_operands])
+            pointers = self._map_operands(values)
             addresses, objects = self._maps.get(pointers) or self.maps(pointers)
             if self.takes_tickets:
                 pack(*values, self.tickets(stream) if tickets is None else tickets, *addresses)

@@ -1,7 +1,7 @@
 """The public functions of the CuPy API, one per declared op, and ``config_for``.
 
 Every function is written from its op's declaration (``entry``) and runs the one
-call path (``engine.run``) with outputs from CuPy's pool (``outputs``)."""
+call path (``engine.runner(op)``) with outputs from CuPy's pool (``outputs``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..numerics.groups import require_choice
 from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
 from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
-from .engine import plan_of, run
+from .engine import plan_of, runner
 from .entry import function
 from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
 from .global_scale import GLOBAL_SCALE
@@ -21,8 +21,8 @@ from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, resolve_config
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
                        DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
 
-_BODY = "    return run(OP, ARGS, ALLOCATE)\n"
-_FUNCTIONS = {op.name: function(op, _BODY, {"run": run, "ALLOCATE": cupy_outputs}) for op in OPS}
+_BODY = "    return RUN(ARGS, ALLOCATE)\n"
+_FUNCTIONS = {op.name: function(op, _BODY, {"RUN": runner(op), "ALLOCATE": cupy_outputs}) for op in OPS}
 
 quantize_nvfp4 = _FUNCTIONS["quantize_nvfp4"]
 quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]

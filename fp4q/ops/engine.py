@@ -9,12 +9,17 @@ or allocated by ``allocate``: CuPy's pool, or torch's allocator), ``pdl``,
 shape, strides, dtype and device, the options and the config's identity)
 keeps what its rules derived and, per tensor-scale mode and the pointers' low
 four bits, the launch its op family chose.
-"""
+
+Those steps are written once, in ``runner_source``, and compiled per op with
+its arrays spelled out (``runner``): the rules are the functions of
+``checks``, ``arrays`` and the plan, called in straight-line code, which
+costs less host time than a loop over an op's one or two arrays."""
 
 from __future__ import annotations
 
 import math
 import threading
+from typing import Callable
 
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, tensor_scale
@@ -88,77 +93,162 @@ def stride_key(obj, is_torch: bool) -> tuple:
 def plan_of(op: Op, main: Operand, options: tuple, config) -> Plan:
     """The plan of this kind of call (built, checking its rules, on the first call)."""
     obj, _, shape, dtype, device, is_torch = main
-    key = (op, shape, stride_key(obj, is_torch), is_torch, dtype, device, options, id(config))
+    return plan_for(op, main, options, config, (op, shape, stride_key(obj, is_torch), is_torch, dtype, device,
+                                                options, id(config)))
+
+
+def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple) -> Plan:
+    """``plan_of`` with the key already built (the call path builds it inline)."""
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable option: its rule says what is wrong with it
         op.option_values(options)
         raise
     if plan is None or plan.config is not config:
-        plan = plans.put(key, Plan(op, main, options, config))
-    else:
-        for value in options:  # equal to the stored plan's: only a str of another type breaks a rule
-            if type(value) is not str:
-                op.option_values(options)
+        return plans.put(key, Plan(op, main, options, config))
+    for value in options:  # equal to the stored plan's: only a str of another type breaks a rule
+        if type(value) is not str:
+            op.option_values(options)
     return plan
 
 
 def run(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, allocate):
     """A call of ``op``: its outputs in the declared order (one alone, else a tuple), then
     the dynamic tensor scale where ``tensor_sf`` is ``"dynamic"``."""
-    main = as_operand(inputs[0], op.main.name)
-    _, ptr, _, dtype, device, is_torch = main
-    plan = plan_of(op, main, options, config)
-    if ptr & plan.align_mask:  # the test is inline, the rule and its message are not
-        check_element_aligned(ptr, dtype, op.main.name)
-    pointers = [ptr]
-    for spec, value in zip(plan.inputs, inputs[1:]):
-        _, p = check_operand(as_operand(value, spec.name), spec.name, spec.shape, spec.dtypes, device, spec.nbytes)
-        pointers.append(p)
-    mode, value, scale_ptr = _scale(op, tensor_sf, device)
-    handle = stream_handle(stream, device, is_torch)
-    results = []
-    spans = None
-    for spec, buffer in zip(plan.outputs, buffers):
-        if buffer is None:
-            array, p = allocate(spec.role, spec.shape, device, handle)
+    return runner(op)(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate)
+
+
+_runners: dict[Op, Callable] = {}
+
+
+def runner(op: Op) -> Callable:
+    """``op``'s call path as one function (``run`` without the op), compiled from
+    ``runner_source(op)`` on first use."""
+    fn = _runners.get(op)
+    if fn is None:
+        source = runner_source(op)
+        scope = dict(_RUNNER_NAMES, OP=op)
+        exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
+        fn = _runners[op] = scope["run"]
+        fn.__source__ = source
+    return fn
+
+
+def runner_source(op: Op) -> str:
+    """The source of ``op``'s call path: ``run``'s steps written out for its arrays (a
+    repeated call costs a few host microseconds, and loops over one or two arrays would
+    be a good part of them). Arrays: ``a`` the arguments, ``p`` the pointers; the main
+    input is ``a0``/``p0``, further inputs ``a1``..., outputs ``b1``... (buffers, spec
+    ``o1``..., results ``r1``...)."""
+    ins, outs = op.inputs, [o for o in op.outputs if not o.late]
+    names = [op.main.name, *(a.name for a in ins)]
+    ptrs = [f"p{i}" for i in range(len(names))] + [f"q{j}" for j in range(1, len(outs) + 1)]
+    buffers = [f"b{op.outputs.index(o) + 1}" if op.out_keywords else "_" for o in outs]
+    lines = [
+        "def run(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate):",
+        f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
+        f"    main = as_operand(a0, {op.main.name!r})",
+        "    obj, p0, shape, dtype, device, is_torch = main",
+        "    plan = plan_for(OP, main, options, config, (OP, shape, obj.stride() if is_torch else obj.strides, "
+        "is_torch, dtype, device, options, id(config)))",
+        "    if p0 & plan.align_mask:  # the test is inline, the rule and its message are not",
+        f"        check_element_aligned(p0, dtype, {op.main.name!r})",
+    ]
+    spans = [f"({op.main.name!r}, (p0, p0 + plan.main_extent))"]
+    if ins:
+        lines.append(f"    {unpacked([f'i{i}' for i in range(1, len(names))])} = plan.inputs")
+    for i, name in enumerate(names[1:], start=1):
+        lines.append(f"    _, p{i} = check_operand(as_operand(a{i}, {name!r}), {name!r}, i{i}.shape, i{i}.dtypes, "
+                     f"device, i{i}.nbytes)")
+        spans.append(f"({name!r}, (p{i}, p{i} + i{i}.nbytes))")
+    scale = op.tensor_scale
+    if scale is None:
+        lines.append("    mode = NO_SCALE_MODE")
+    elif scale.dynamic:
+        lines += ["    if type(tensor_sf) is str:",
+                  "        if tensor_sf != DYNAMIC:",
+                  "            not_dynamic(OP, tensor_sf)",
+                  "        mode, value, scale_ptr = DYNAMIC, 0.0, 0",
+                  "    else:",
+                  "        mode, value, scale_ptr = tensor_scale(tensor_sf, device)"]
+    else:
+        lines += ["    if type(tensor_sf) is str:",
+                  "        not_dynamic(OP, tensor_sf)",
+                  "    mode, value, scale_ptr = tensor_scale(tensor_sf, device)"]
+    lines.append("    handle = stream_handle(stream, device, is_torch)")
+    if outs:
+        lines.append(f"    {unpacked([f'o{j}' for j in range(1, len(outs) + 1)])} = plan.outputs")
+    if op.out_keywords:
+        lines.append(f"    {unpacked([f'b{k}' for k in range(1, len(op.outputs) + 1)])} = buffers")
+    for j, (o, buffer) in enumerate(zip(outs, buffers), start=1):
+        allocated = f"r{j}, q{j} = allocate(o{j}.role, o{j}.shape, device, handle)"
+        if not op.out_keywords:
+            lines.append(f"    {allocated}")
+            continue
+        lines += [f"    if {buffer} is None:", f"        {allocated}", "    else:",
+                  f"        r{j}, q{j} = check_operand(as_operand({buffer}, {o.name!r}), {o.name!r}, o{j}.shape, "
+                  f"o{j}.dtypes, device, o{j}.nbytes, ({', '.join(spans)},))"]
+        spans.append(f"({o.name!r}, (q{j}, q{j} + o{j}.nbytes))")
+    lines += ["    if pdl is not True and pdl is not False:", "        check_pdl(pdl)"]
+    if op.configurable:
+        lines += ["    if config is not None:  # None is always valid", "        OP.kernels.check_config(OP, config)"]
+    low = " | ".join(f"({p} & 15) << {4 * (len(ptrs) - 1 - n)}" if n < len(ptrs) - 1 else f"{p} & 15"
+                     for n, p in enumerate(ptrs))
+    lines.append(f"    low = {low}")
+    pointers = f"[{', '.join(ptrs)}]"
+    if scale is None:
+        lines += [f"    values = {pointers}",
+                  "    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, values, config)"]
+    else:
+        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr]",
+                  f"    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, {pointers}, config)"]
+    results, late = [], [o for o in op.outputs if o.late]
+    for o in op.outputs:
+        if o.late:
+            k = late.index(o)
+            results.append(f"s{k}")
+            lines += scalar_lines(f"s{k}", f"plan.late[{k}].role", "    ")
         else:
-            if spans is None:
-                spans = [(op.main.name, (ptr, ptr + plan.main_extent))]
-                spans += [(b.name, (p, p + b.nbytes)) for b, p in zip(plan.inputs, pointers[1:])]
-            array, p = check_operand(as_operand(buffer, spec.name), spec.name, spec.shape, spec.dtypes, device,
-                                     spec.nbytes, spans)
-            spans.append((spec.name, (p, p + spec.nbytes)))
-        results.append(array)
-        pointers.append(p)
-    check_pdl(pdl)
-    if config is not None:  # None is always valid
-        op.kernels.check_config(op, config)
-    low = 0
-    for p in pointers:
-        low = (low << 4) | (p & 15)
-    launch = plan.launch_for(mode, low, pointers, config)
-    values = pointers + [value, scale_ptr] if op.tensor_scale is not None else pointers
-    for spec in plan.late:
-        array, p = allocate(spec.role, (1 + launch.workspace,), device, handle)
-        results.append(array[0])
-        values.append(p)
-    if mode is DYNAMIC:
-        array, p = allocate("scale", (1 + launch.workspace,), device, handle)
-        results.append(array[0])
-        values.append(p)
-    launch(handle, pdl, values)
-    return results[0] if len(results) == 1 else tuple(results)
+            results.append(f"r{outs.index(o) + 1}")
+    returned = results[0] if len(results) == 1 else f"{', '.join(results)}"
+    if scale is not None and scale.dynamic:
+        lines += ["    if mode is DYNAMIC:",
+                  "        launch, tickets = launch.on(handle)",
+                  *scalar_lines("scale", "'scale'", "        "),
+                  "        launch(handle, pdl, values, tickets)",
+                  f"        return {', '.join(results)}, scale"]
+    lines += ["    launch(handle, pdl, values)", f"    return {returned}"]
+    return "\n".join(lines) + "\n"
 
 
-def _scale(op: Op, tensor_sf, device: int) -> tuple[str, float, int]:
-    """The tensor scale's launch mode, value and pointer."""
-    if op.tensor_scale is None:
-        return NO_TENSOR_SCALE
-    if type(tensor_sf) is str:
-        if tensor_sf != DYNAMIC or not op.tensor_scale.dynamic:
-            what = "a float, a device float32 scalar or 'dynamic'" if op.tensor_scale.dynamic else \
-                "a float or a device float32 scalar"
-            raise ValueError(f"{op.tensor_scale.name} must be {what}, got {tensor_sf!r}")
-        return (DYNAMIC, 0.0, 0)
-    return tensor_scale(tensor_sf, device)
+def unpacked(names: list[str]) -> str:
+    """The target list that unpacks a sequence into ``names`` (one name keeps its comma)."""
+    return f"{names[0]}," if len(names) == 1 else ", ".join(names)
+
+
+def scalar_lines(name: str, role: str, indent: str) -> list[str]:
+    """Source that allocates scalar output ``name`` of ``role`` and appends its address to the
+    values: followed, in the same allocation, by the launch's ``workspace`` float32
+    elements, which then make it a view of that allocation (a view costs a host
+    microsecond: only where needed)."""
+    return [f"{indent}workspace = launch.workspace",
+            f"{indent}if workspace:",
+            f"{indent}    {name}, p = allocate({role}, (1 + workspace,), device, handle)",
+            f"{indent}    {name} = {name}[0]",
+            f"{indent}else:",
+            f"{indent}    {name}, p = allocate({role}, (), device, handle)",
+            f"{indent}values.append(p)"]
+
+
+def not_dynamic(op: Op, tensor_sf: str) -> None:
+    """Raises: ``tensor_sf`` is a string other than the one it may be."""
+    what = "a float, a device float32 scalar or 'dynamic'" if op.tensor_scale.dynamic else \
+        "a float or a device float32 scalar"
+    raise ValueError(f"{op.tensor_scale.name} must be {what}, got {tensor_sf!r}")
+
+
+# The names a runner's source uses besides OP.
+_RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, check_element_aligned=check_element_aligned,
+                     check_operand=check_operand, check_pdl=check_pdl, tensor_scale=tensor_scale,
+                     stream_handle=stream_handle, not_dynamic=not_dynamic, DYNAMIC=DYNAMIC,
+                     NO_SCALE_MODE=NO_TENSOR_SCALE[0])

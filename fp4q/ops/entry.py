@@ -1,8 +1,8 @@
 """Each op's Python function, written from its declaration: the signature (main and
 further inputs and the tensor scale positional, then keyword-only options with their
 defaults, output buffers, ``stream``, ``config`` and ``pdl``), a docstring listing the
-arguments, and a body that hands them, grouped, to a call path (``engine.run`` for
-the CuPy API; ``fp4q.torch`` writes its own bodies). Written as source and compiled,
+arguments, and a body that hands them, grouped, to a call path (``engine.runner(op)``
+for the CuPy API; ``fp4q.torch`` writes its own bodies). Written as source and compiled,
 so that a call binds its arguments as fast as a hand-written function does."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def signature(op: Op, extra: tuple[tuple[str, str], ...] = ()) -> str:
 
 
 def grouped_arguments(op: Op) -> str:
-    """The source of the arguments ``engine.run`` takes after the op: inputs, tensor scale,
-    options, output buffers, stream, config, pdl."""
+    """The source of the arguments ``engine.run`` takes after the op (and a runner takes):
+    inputs, tensor scale, options, output buffers, stream, config, pdl."""
     inputs = ", ".join([op.main.name, *(a.name for a in op.inputs)]) + ","
     scale = op.tensor_scale.name if op.tensor_scale is not None else "None"
     options = "".join(f"{c.name}, " for c in op.options)

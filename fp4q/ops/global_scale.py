@@ -45,12 +45,13 @@ class ScaleLaunch:
         self.scale = KernelLaunch(self.config, scale_kernel, 1, (("partial", "ptr"), ("scale", "ptr")),
                                   {"count": self.workspace})
 
-    def __call__(self, stream: int, pdl: bool, values) -> None:
+    def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
         """``values``: the input's pointer first, the scale's last."""
-        x, scale = values[0], values[-1]
+        scale = values[-1]
+        partial = scale + 4
         if self.amax is not None:
-            self.amax(stream, pdl, (x, scale + 4))
-        self.scale(stream, pdl, (scale + 4, scale))
+            self.amax(stream, pdl, (values[0], partial))
+        self.scale(stream, pdl, (partial, scale))
 
 
 class GlobalScaleKernels:

@@ -75,7 +75,7 @@ class NoLaunch:
     config = None
     workspace = 0
 
-    def __call__(self, stream: int, pdl: bool, values) -> None:
+    def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
         """Nothing is launched."""
 
 

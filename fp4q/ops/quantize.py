@@ -99,7 +99,11 @@ class TwoPasses:
         self.scale, self.quantize, self.workspace = scale, quantize, scale.workspace
         self.config = None if quantize is None else quantize.config
 
-    def __call__(self, stream: int, pdl: bool, values) -> None:
+    def on(self, stream: int) -> tuple["TwoPasses", None]:
+        """The launch a call on ``stream`` takes, and its tile counter: these two passes, none."""
+        return self, None
+
+    def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
         """``values``: the op's dynamic slots (x, out, sf_out, tensor_sf_value, tensor_sf_ptr, tensor_sf_out)."""
         self.scale(stream, pdl, values)
         if self.quantize is not None:
@@ -111,18 +115,19 @@ class OneLaunch:
     while a stream is being captured and the launch, of more than one CTA, would need a
     counter the capture cannot have (``tile_tickets``)."""
 
-    __slots__ = ("fused", "two_passes", "workspace", "config")
+    __slots__ = ("fused", "two_passes", "config")
 
     def __init__(self, fused: KernelLaunch, two_passes: TwoPasses) -> None:
-        self.fused, self.two_passes, self.workspace = fused, two_passes, two_passes.workspace
-        self.config = fused.config
+        self.fused, self.two_passes, self.config = fused, two_passes, fused.config
 
-    def __call__(self, stream: int, pdl: bool, values) -> None:
+    def on(self, stream: int) -> tuple:
+        """The launch a call on ``stream`` takes and the tile counter it took now (its
+        ``workspace``: what it needs after the scale): the fused kernel (none), or the
+        two passes (their partial maxima) where a grid of CTAs gets no counter."""
+        if not self.fused.dynamic:
+            return self.fused, 0
         tickets = self.fused.tickets(stream)
-        if self.fused.dynamic and not tickets:
-            self.two_passes(stream, pdl, values)
-        else:
-            self.fused(stream, pdl, values, tickets)
+        return (self.fused, tickets) if tickets else (self.two_passes, None)
 
 
 def dynamic_launch(plan, pointers: list[int], config, dev):
