@@ -82,10 +82,14 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
     else:
         kind, scale = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float"), (tensor_sf,)
     table = entry.registered
-    if all(b is None for b in buffers):
+    missing = 0
+    for b in buffers:  # a loop, not all()/any() over a generator: a repeated call is a few microseconds
+        if b is None:
+            missing += 1
+    if missing == len(buffers):
         registered, sig = table[(kind, False)]
         return registered(*inputs, *scale, *options, pdl, *((fp4_dtype,) if sig.fp4 else ()))
-    if any(b is None for b in buffers):
+    if missing:
         dtypes = OUTPUTS[fp4_dtype].dtypes
         specs = fake_outputs(op, inputs, tensor_sf, options)
         buffers = tuple(torch.empty(spec.shape, dtype=dtypes[spec.role], device=inputs[0].device) if b is None else b

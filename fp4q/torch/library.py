@@ -26,7 +26,7 @@ from ..ops.api import OPS
 from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
 from ..ops.checks import check_operand
 from ..ops.declare import DYNAMIC, Op
-from ..ops.engine import Buffer, run
+from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
 
@@ -143,12 +143,19 @@ class Signature:
         return inputs, tensor_sf, options, buffers, pdl, fp4_dtype
 
     def kernel(self):
-        def kernel(*args):
-            inputs, tensor_sf, options, buffers, pdl, fp4_dtype = self.split(args)
-            result = run(self.op, inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
-            if not self.outs:
-                return result
-            return result[-1] if self.dynamic else None
+        call, split = runner(self.op), self.split
+        if not self.outs:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
+        elif self.dynamic:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])[-1]
+        else:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
 
         return kernel
 
