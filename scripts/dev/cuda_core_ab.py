@@ -14,7 +14,9 @@ serving sizes, launched ``--calls`` times with PDL by fp4q's ``Launcher`` and by
 ``cuda.core.launch`` (``LaunchConfig(programmatic_stream_serialization=True)``)
 with the same arguments, rounds interleaved; host microseconds per launch (the
 least of ``--rounds``), the launches queued on one stream without a sync inside
-the timed loop. Tensor maps: host microseconds to encode the TMA quantizer's
+the timed loop. cuda.core takes typed arguments (numpy scalars), so it is timed
+twice: with arguments converted once, and converted from the call's values on
+every launch, as a call path would have to (fp4q's Launcher packs them itself). Tensor maps: host microseconds to encode the TMA quantizer's
 three maps for new pointers, by fp4q's encoder and by cuda.core's
 ``StridedMemoryView.as_tensor_map``.
 """
@@ -92,6 +94,14 @@ def time_launches(calls: int, rounds: int) -> dict:
     by_name = dict(zip([name for name, _ in QUANTIZE_NVFP4.slots], values), **own_launch.fixed)
     kinds = {"ptr": np.uint64, "i64": np.int64, "i32": np.int32, "u32": np.uint32, "f32": np.float32}
     core_args = [kinds[p.kind](by_name[p.name]) for p in kernel.spec.params]
+    # What a call path would do: the call's values converted each call (the fixed ones once).
+    slot_index = {name: i for i, (name, _) in enumerate(QUANTIZE_NVFP4.slots)}
+    # Per parameter: (the slot it takes, its type) or (None, its fixed value, converted).
+    per_call = [(slot_index[p.name], kinds[p.kind]) if p.name in slot_index else (None, kinds[p.kind](by_name[p.name]))
+                for p in kernel.spec.params]
+
+    def core_args_of(call_values) -> list:
+        return [fixed_or_type(call_values[i]) if i is not None else fixed_or_type for i, fixed_or_type in per_call]
 
     def own() -> float:
         start = time.perf_counter()
@@ -105,10 +115,19 @@ def time_launches(calls: int, rounds: int) -> dict:
             launch(core_stream, config, core_kernel, *core_args)
         return (time.perf_counter() - start) / calls * 1e6
 
-    own(), core()  # warm
-    results: dict[str, list[float]] = {"fp4q Launcher": [], "cuda.core launch": []}
+    def core_per_call() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            launch(core_stream, config, core_kernel, *core_args_of(values))
+        return (time.perf_counter() - start) / calls * 1e6
+
+    contenders = (("fp4q Launcher", own), ("cuda.core launch", core),
+                  ("cuda.core launch, arguments converted per call", core_per_call))
+    for _, fn in contenders:  # warm
+        fn()
+    results: dict[str, list[float]] = {label: [] for label, _ in contenders}
     for r in range(rounds):
-        for label, fn in ((("fp4q Launcher", own), ("cuda.core launch", core))[:: 1 if r % 2 == 0 else -1]):
+        for label, fn in contenders[:: 1 if r % 2 == 0 else -1]:
             results[label].append(fn())
             cp.cuda.Device().synchronize()
             core_stream.sync()
