@@ -1,4 +1,4 @@
-"""scripts/gpu/sass_instructions.py: the parser, the classes, the control flow and the common path on
+"""scripts/gpu/sass_instructions.py and sass_flow.py: the parser, the classes, the control flow and the common path on
 canned SASS written for these tests, and one real kernel per target (NVRTC and nvdisasm, no GPU)."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ _SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "sas
 sys.path.insert(0, str(_SCRIPT.parent))
 import sass_instructions as si  # noqa: E402
 
+from scripts.gpu import sass_flow as sf  # noqa: E402
+
 
 # --------------------------------------------------------------------------- classes
 
@@ -28,7 +30,7 @@ import sass_instructions as si  # noqa: E402
     ("EXIT", "control"), ("MOV", "other"), ("CS2R", "other"), ("SHFL.BFLY", "other"), ("S2R", "other"),
 ])
 def test_classes(opcode, cls):
-    assert si.classify(opcode) == cls
+    assert sf.classify(opcode) == cls
 
 
 # --------------------------------------------------------------------------- parsing
@@ -52,7 +54,7 @@ CUOBJDUMP = """
 
 
 def test_parse_cuobjdump_form():
-    (fn,) = si.parse_sass(CUOBJDUMP)
+    (fn,) = sf.parse_sass(CUOBJDUMP)
     assert fn.name == "toy"
     assert [i.addr for i in fn.instrs] == [0x0, 0x10, 0x20, 0x30, 0x40]
     assert [i.opcode for i in fn.instrs] == ["LDC", "BRA", "FMUL", "BRA", "EXIT"]
@@ -89,7 +91,7 @@ $__internal_0_$__slowpath:
 
 
 def test_parse_nvdisasm_form_with_line_info():
-    (fn,) = si.parse_sass(NVDISASM, "toy.cu")
+    (fn,) = sf.parse_sass(NVDISASM, "toy.cu")
     ldc, fmul, bra, call, exit_, ret = fn.instrs
     assert ldc.chain == (10,)
     assert fmul.chain == (5, 8, 12)
@@ -102,10 +104,10 @@ def test_parse_nvdisasm_form_with_line_info():
 
 # --------------------------------------------------------------------------- control flow
 
-def _fn(lines: list[str]) -> si.Function:
+def _fn(lines: list[str]) -> sf.Function:
     """A function from '<addr> <instruction>' lines (addresses in hex, cuobjdump style)."""
     text = "Function : toy\n" + "\n".join(f"        /*{a}*/ {body} ;" for a, body in (ln.split(None, 1) for ln in lines))
-    return si.parse_sass(text)[0]
+    return sf.parse_sass(text)[0]
 
 
 # A grid-stride loop (head 0x10, latch 0xd0) holding a diamond (0x30: short side 0x40, long side
@@ -136,7 +138,7 @@ LOOP = [
 
 
 def _blocks():
-    blocks = si.build_cfg(_fn(LOOP).instrs)
+    blocks = sf.build_cfg(_fn(LOOP).instrs)
     return blocks, {b.start: b for b in blocks}
 
 
@@ -155,7 +157,7 @@ def test_blocks_and_edges():
 
 def test_loops_by_dominance():
     blocks, start = _blocks()
-    loops = si.find_loops(blocks)
+    loops = sf.find_loops(blocks)
     # The grid-stride loop and the retry; the jump back from the retry into the loop is no loop.
     assert sorted(blocks[lp.head].start for lp in loops) == [0x10, 0xf0]
     outer = next(lp for lp in loops if blocks[lp.head].start == 0x10)
@@ -167,16 +169,16 @@ def test_jump_calls():
     # A CALL whose target reaches an EXIT before a RET leaves the loop (sm_80); one whose target
     # is a subroutine returns.
     instrs = _fn(LOOP + ["0130 @P5 CALL.REL.NOINC 0xe0"]).instrs
-    assert si.jump_calls(instrs) == {0x130}
+    assert sf.jump_calls(instrs) == {0x130}
 
 
-def _lines_of(fn: si.Function, addrs: set[int], line: int) -> None:
+def _lines_of(fn: sf.Function, addrs: set[int], line: int) -> None:
     for ins in fn.instrs:
         if ins.addr in addrs:
             ins.chain = (line,)
 
 
-def _work(fn: si.Function) -> si.Function:
+def _work(fn: sf.Function) -> sf.Function:
     _lines_of(fn, {0x20, 0x50, 0x60, 0x70}, 7)  # the kernel's work: anchor line 7
     return fn
 
@@ -215,7 +217,7 @@ def test_a_cold_call_site_steers_the_path():
     for ins in fn.instrs:
         if ins.addr in (0x50, 0x60, 0x70):
             ins.chain = (40, 3)  # inlined from a call on line 3, a cold call site
-    a = si.analyse(fn, anchor_lines={7}, cold=si.ColdSource(call_lines=frozenset({3})))
+    a = si.analyse(fn, anchor_lines={7}, cold=sf.ColdSource(call_lines=frozenset({3})))
     assert [i.addr for i in a.path][:4] == [0x10, 0x20, 0x30, 0x40]
 
 
@@ -238,7 +240,7 @@ def test_unswitched_copies_the_likely_one():
     _lines_of(fn, {0x20}, 7)
     fn.instrs[2].chain = (7, 3)  # the work of copy 1, inlined from a cold call site
     _lines_of(fn, {0x70}, 7)
-    a = si.analyse(fn, anchor_lines={7}, cold=si.ColdSource(call_lines=frozenset({3})))
+    a = si.analyse(fn, anchor_lines={7}, cold=sf.ColdSource(call_lines=frozenset({3})))
     assert a.loop_head == 0x60 and a.steady.instructions == 4
 
 
@@ -284,7 +286,7 @@ def test_cold_call_sites():
            "    if (__builtin_expect(!ok, 0)) make_exact();\n"
            "    if (__builtin_expect(check(x), 0)) other(x);\n"
            "}\n")
-    cold = si.cold_source(src)
+    cold = sf.cold_source(src)
     assert cold.lines == frozenset() and cold.call_lines == {2}
     assert cold.holds((50, 2)) and not cold.holds((2,)) and not cold.holds((3, 9))
 
@@ -303,14 +305,14 @@ def test_cold_after_a_likely_return():
            "    }\n"
            "    return t;\n"
            "}\n")
-    assert si.cold_lines(src) == {5, 6}
+    assert sf.cold_lines(src) == {5, 6}
 
 
 def test_cold_lines():
     # The unlikely then-block (4), the else chain after the likely branch (its condition 10 and
     # bodies 11 and 13; lines of braces and else alone are not code); not the one-statement
     # unlikely branch of line 15, whose line also holds the hot test, nor the comment.
-    assert si.cold_lines(SOURCE) == {4, 10, 11, 13}
+    assert sf.cold_lines(SOURCE) == {4, 10, 11, 13}
 
 
 # --------------------------------------------------------------------------- real kernels
