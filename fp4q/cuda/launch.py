@@ -16,7 +16,7 @@ import functools
 import operator
 import struct
 import threading
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..kernels.spec import PARAM_FORMATS, Extent, KernelSpec
 from .driver import Device, check, driver_api, in_context, is_current
@@ -117,10 +117,11 @@ class Launcher:
                              f"{[m.param for m in spec.maps]}")
         operands = [slot_index[m.operand] for m in spec.maps if m.geometry != "unused"]
         # The mapped values among a call's values, as a tuple (itemgetter of one index returns the value alone).
-        if len(operands) == 1:
-            self._map_operands = lambda values, index=operands[0]: (values[index],)
+        self._map_operands: Callable[[Sequence], tuple]
+        if len(operands) > 1:
+            self._map_operands = operator.itemgetter(*operands)
         else:
-            self._map_operands = operator.itemgetter(*operands) if operands else None
+            self._map_operands = lambda values: tuple([values[i] for i in operands])
         self._map_statics = tuple(
             (m.operand, m.element_bytes, *m.dims_strides(extents[m.operand]), m.box, m.swizzle, m.l2_promotion)
             for m in spec.maps if m.geometry != "unused")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, tensor_scale
@@ -124,13 +124,15 @@ _runners: dict[Op, Callable] = {}
 def runner(op: Op) -> Callable:
     """``op``'s call path as one function (``run`` without the op), compiled from
     ``runner_source(op)`` on first use."""
-    fn = _runners.get(op)
-    if fn is None:
-        source = runner_source(op)
-        scope = dict(_RUNNER_NAMES, OP=op)
-        exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
-        fn = _runners[op] = scope["run"]
-        fn.__source__ = source
+    found = _runners.get(op)
+    if found is not None:
+        return found
+    source = runner_source(op)
+    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op)
+    exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
+    fn = scope["run"]
+    fn.__source__ = source
+    _runners[op] = fn
     return fn
 
 
@@ -241,10 +243,11 @@ def scalar_lines(name: str, role: str, indent: str) -> list[str]:
 
 
 def not_dynamic(op: Op, tensor_sf: str) -> None:
-    """Raises: ``tensor_sf`` is a string other than the one it may be."""
-    what = "a float, a device float32 scalar or 'dynamic'" if op.tensor_scale.dynamic else \
-        "a float or a device float32 scalar"
-    raise ValueError(f"{op.tensor_scale.name} must be {what}, got {tensor_sf!r}")
+    """Raises: ``tensor_sf`` is a string other than the one it may be (``op`` has a tensor scale)."""
+    scale = op.tensor_scale
+    assert scale is not None
+    what = "a float, a device float32 scalar or 'dynamic'" if scale.dynamic else "a float or a device float32 scalar"
+    raise ValueError(f"{scale.name} must be {what}, got {tensor_sf!r}")
 
 
 # The names a runner's source uses besides OP.
