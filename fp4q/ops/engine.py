@@ -128,7 +128,7 @@ def runner(op: Op) -> Callable:
     if found is not None:
         return found
     source = runner_source(op)
-    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op)
+    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, __name__=__name__)
     exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
     fn = scope["run"]
     fn.__source__ = source
