@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 import fp4q  # noqa: E402
 import fp4q.torch as ft  # noqa: E402
+from fp4q.torch import library  # noqa: E402
 from fp4q.numerics import reference  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -278,6 +279,33 @@ def test_host_tensors_are_named_as_such(monkeypatch):
     for call, name in _host_tensor_calls():
         with pytest.raises(TypeError, match=f"^{name} must be a CUDA array, got a torch Tensor on cpu$"):
             call()
+
+
+@pytest.mark.parametrize("name", sorted(library.SIGNATURES))
+def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatch, name):
+    """Each registered op's kernel: the schema's arguments (trailing defaults left out, as
+    torch leaves them) in the call path's groups, and what the schema returns: the outputs
+    (functional), the dynamic scale (out= and dynamic) or nothing (out=)."""
+    sig = library.SIGNATURES[name]
+    calls = []
+    outputs = ("q", "sf", "scale")[:len(sig.op.outputs) + sig.dynamic]
+
+    def runner(op):
+        assert op is sig.op
+        return lambda *args: calls.append(args) or outputs
+
+    monkeypatch.setattr(library, "runner", runner)
+    kernel = sig.kernel()
+    given = tuple(f"arg{i}" for i in range(sig.required))
+    returned = kernel(*given)
+    (inputs, tensor_sf, options, buffers, stream, config, pdl, allocate), = calls
+    assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
+    assert options == tuple(c.default for c in sig.op.options)
+    scale = given[sig.inputs] if sig.has_scale and not sig.dynamic else "dynamic" if sig.dynamic else None
+    assert tensor_sf == scale
+    assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
+    assert allocate is library.OUTPUTS[False]
+    assert returned == (outputs if not sig.outs else outputs[-1] if sig.dynamic else None)
 
 
 # ----------------------------------------------------------------- vLLM's shape contract
