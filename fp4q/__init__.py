@@ -10,6 +10,7 @@ layouts), ``kernels`` (configs and the kernel specs they make), ``cuda``
 """
 
 from ._version import __version__
+from .cuda.driver import CudaError, NoGpuError
 from .cuda.tma import TmaError
 from .jit.compiler import CompileError, JitDisabledError, NvrtcError
 from .jit.loader import kernel_cache_stats
@@ -21,14 +22,15 @@ from .kernels.rules import ConfigError
 from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
-from .ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
-from .ops.global_scale import global_scale
-from .ops.quantize import config_for, quantize_mxfp4, quantize_nvfp4
+from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
+                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4)
 
 __all__ = [
     "__version__",
     "quantize_nvfp4",
     "quantize_mxfp4",
+    "silu_and_mul_quantize_nvfp4",
+    "silu_and_mul_quantize_mxfp4",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
@@ -41,6 +43,8 @@ __all__ = [
     "Swizzle",
     "default_config",
     "ConfigError",
+    "CudaError",
+    "NoGpuError",
     "CompileError",
     "NvrtcError",
     "JitDisabledError",

@@ -11,8 +11,9 @@ import argparse
 import sys
 
 from ._version import __version__
-from .jit.precompile import OPS, precompile
+from .jit.precompile import precompile
 from .kernels.archs import ARCHS
+from .kernels.variants import OPS
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -313,6 +313,7 @@ def install(monkeypatch, fake_cupy: FakeCupy | None = None) -> FakeDriver:
     monkeypatch.setattr(arrays, "_cupy_module", fake_cupy)
     monkeypatch.setattr(streams, "_cupy_current_stream", None)  # bound to the fake on first use
     monkeypatch.setattr(driver, "_device", fake.device)
+    monkeypatch.setattr(driver, "gpu_status", lambda: (True, "the fake driver's device"))
     monkeypatch.setattr(loader, "_load", fake.load)
     monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.setattr(tma, "encode", fake.encode)

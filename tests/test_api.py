@@ -86,9 +86,9 @@ def test_device_tensor_sf_outside_range_follows_formulas(tensor_sf):
         _run_and_check(x, tensor_sf, layout, device_sf=True, config=SimtConfig())
 
 
-# quantize_nvfp4 takes the 16-element configs; the MXFP4 ones are checked through quantize_mxfp4 below.
-VARIANTS = {name: cfg for name, cfg in {**SHIPPED, **SIMT}.items() if cfg.sf_vec_size == 16}
-MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.sf_vec_size == 32}
+# quantize_nvfp4 takes the NVFP4 configs; the MXFP4 ones are checked through quantize_mxfp4 below.
+VARIANTS = {name: cfg for name, cfg in {**SHIPPED, **SIMT}.items() if cfg.fmt == "nvfp4"}
+MX_VARIANTS = {name: cfg for name, cfg in {**SHIPPED_MX, **SIMT}.items() if cfg.fmt == "mxfp4"}
 
 
 @gpu
@@ -219,6 +219,34 @@ def test_leading_dimensions_flatten():
         assert_bytes_equal(cp.asnumpy(sf), sf_ref, "sf")
 
 
+SIGNATURES = {  # the public functions, written from the ops' declarations: the same calls as ever
+    "quantize_nvfp4": "(x, tensor_sf, *, sf_layout='swizzled', out=None, sf_out=None, stream=None, config=None, "
+                      "pdl=True)",
+    "quantize_mxfp4": "(x, *, mode='rceil', sf_layout='swizzled', out=None, sf_out=None, stream=None, config=None, "
+                      "pdl=True)",
+    "dequantize_nvfp4": "(q, sf, tensor_sf, *, sf_layout='swizzled', dtype='bfloat16', out=None, stream=None, "
+                        "config=None, pdl=True)",
+    "dequantize_mxfp4": "(q, sf, *, sf_layout='swizzled', dtype='bfloat16', out=None, stream=None, config=None, "
+                        "pdl=True)",
+    "global_scale": "(x, *, stream=None, pdl=True)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_public_functions_signatures_and_docstrings(name):
+    import inspect
+
+    import fp4q
+    from fp4q.ops import api
+
+    fn = getattr(fp4q, name)
+    assert fn is getattr(api, name) and fn.__name__ == name and fn.__module__ == "fp4q"
+    assert str(inspect.signature(fn)) == SIGNATURES[name]
+    # The docstring names every argument.
+    for parameter in inspect.signature(fn).parameters:
+        assert f"``{parameter}``" in fn.__doc__, parameter
+
+
 def test_empty_inputs_launch_nothing(cp):
     import fp4q
 
@@ -266,7 +294,7 @@ def test_mxfp4_edge_families(mode):
     x = edge_groups(256)
     for layout in ("swizzled", "linear"):
         _check_mx(x, mode, layout)
-        _check_mx(x, mode, layout, config=SimtConfig(sf_vec_size=32, mx_mode=mode))
+        _check_mx(x, mode, layout, config=SimtConfig(fmt="mxfp4", mx_mode=mode))
 
 
 @gpu

@@ -6,8 +6,10 @@ the rule, and, where ``out=``/``sf_out=`` buffers are passed, that they are
 untouched afterwards: they are prefilled with 0xAB and compared after a
 device-wide synchronize, so a kernel queued before the error would show.
 
-Rows that fail before anything touches the GPU (a host ``x``, an invalid
-``sf_layout``, ConfigError at construction) take no arrays. The others take
+Rows that fail before anything touches the GPU (a host ``x``, ConfigError at
+construction) take no arrays; without a GPU, a host ``x`` raises ``NoGpuError``
+naming the reason before any rule names it, so its rows also run with the
+fake driver, which stands for a machine with a GPU. The others take
 ``cp`` and run twice: with CuPy on a GPU (marked ``gpu``), and on any
 machine with the fake CuPy and driver of ``tests/fakes.py`` (host-backed
 arrays with real shapes, strides and addresses), where "untouched" is also
@@ -199,7 +201,7 @@ def test_control_valid_call_writes_the_buffers(sf_layout, cp):
 # --- x ----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
+HOST_XS = pytest.mark.parametrize(
     "x, value",
     [
         (np.zeros((M, K), np.uint16), "ndarray"),
@@ -209,18 +211,56 @@ def test_control_valid_call_writes_the_buffers(sf_layout, cp):
     ],
     ids=["numpy_uint16", "numpy_float16", "numpy_scalar", "list"],
 )
+
+
+def _expect_no_gpu_or_host_rejected(value, call):
+    """``call`` (of a host x) on this machine, without fakes: NoGpuError naming the reason where
+    there is no usable GPU, else the host x's TypeError."""
+    from fp4q.cuda.driver import gpu_status
+
+    available, reason = gpu_status()
+    if available:
+        expect_rejected(TypeError, r"\bx must be", _words(value), _words("must be a CUDA array"), call)
+    else:
+        expect_rejected(fp4q.NoGpuError, r"^fp4q needs an NVIDIA GPU and driver", _words(reason),
+                        _words("needs an NVIDIA GPU and driver"), call)
+
+
+@HOST_XS
 def test_x_on_the_host_is_rejected_without_a_gpu(x, value):
+    _expect_no_gpu_or_host_rejected(value, lambda: fp4q.quantize_nvfp4(x, 1.0))
+
+
+def test_no_gpu_error_comes_before_any_rule_on_a_host_array(monkeypatch):
+    # Whatever else is wrong with the call: the host x, or a host out.
+    from fp4q.cuda import driver
+
+    monkeypatch.setattr(driver, "gpu_status", lambda: (False, "the reason the probe gave"))
+    for call in (lambda: fp4q.quantize_nvfp4(np.zeros((M, K), np.float32), 1.0),
+                 lambda: fp4q.quantize_mxfp4(np.zeros((M, K), np.uint16), out=np.zeros(Q_SHAPE, np.uint8)),
+                 lambda: fp4q.dequantize_nvfp4(np.zeros(Q_SHAPE, np.uint8), np.zeros(SF_LINEAR, np.uint8), 1.0),
+                 lambda: fp4q.global_scale([[0] * K] * M)):
+        with pytest.raises(fp4q.NoGpuError, match=r"^fp4q needs an NVIDIA GPU and driver: the reason the probe gave$"):
+            call()
+    assert issubclass(fp4q.NoGpuError, fp4q.CudaError) and "NoGpuError" in fp4q.__all__
+
+
+@HOST_XS
+def test_x_on_the_host_is_rejected_as_such_where_there_is_a_gpu(x, value, monkeypatch):
+    fakes.install(monkeypatch)
     expect_rejected(
         TypeError, r"\bx must be", _words(value), _words("must be a CUDA array"),
         lambda: fp4q.quantize_nvfp4(x, 1.0),
     )
 
 
-def test_x_torch_cpu_tensor():
+def test_x_torch_cpu_tensor(monkeypatch):
     torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
     x = torch.zeros((M, K), dtype=torch.bfloat16)
+    _expect_no_gpu_or_host_rejected("Tensor", lambda: fp4q.quantize_nvfp4(x, 1.0))
+    fakes.install(monkeypatch)
     expect_rejected(
-        TypeError, r"\bx must be", _words("Tensor"), _words("must be a CUDA array"),
+        TypeError, r"\bx must be", _words("got a torch Tensor on cpu"), _words("must be a CUDA array"),
         lambda: fp4q.quantize_nvfp4(x, 1.0),
     )
 
@@ -462,7 +502,7 @@ def test_out_not_contiguous(name, how, path, cp):
 def test_contiguity_rule_asks_flags_where_cupy_has_no_flag_of_its_own():
     from types import SimpleNamespace
 
-    from fp4q.ops.arrays import c_contiguous
+    from fp4q.ops.checks import c_contiguous
 
     for contiguous in (True, False):
         assert c_contiguous(SimpleNamespace(flags=SimpleNamespace(c_contiguous=contiguous))) is contiguous
@@ -471,7 +511,7 @@ def test_contiguity_rule_asks_flags_where_cupy_has_no_flag_of_its_own():
 @gpu
 def test_contiguity_rule_reads_cupys_own_flag(cp):
     """The output rule reads CuPy's contiguity flag directly; it must say what flags.c_contiguous says."""
-    from fp4q.ops.arrays import c_contiguous
+    from fp4q.ops.checks import c_contiguous
 
     base = cp.zeros((8, 64), dtype=cp.uint8)
     arrays = [base, base.T, base[:, ::2], base[::2], base[:1], base[:1, ::2], base[3:4, 5:37], base[:0],
@@ -503,16 +543,20 @@ def test_out_and_sf_out_overlapping_each_other(path, cp):
 
 # --- sf_layout, config, pdl, stream -----------------------------------------------------------------------------
 
-BAD_LAYOUTS = ["bogus", "SWIZZLED", "", None, 0]
+BAD_LAYOUTS = ["bogus", "SWIZZLED", "", None, 0, ["swizzled"]]  # a list: unhashable in a plan key
 
 
 @pytest.mark.parametrize("sf_layout", BAD_LAYOUTS, ids=repr)
-def test_sf_layout_invalid_is_rejected_first_without_a_gpu(sf_layout):
-    # x is a host array: sf_layout is checked before x, so no GPU is needed to see this error.
-    expect_rejected(
-        ValueError, r"sf_layout must be", _words(f"got {sf_layout!r}"), _words("'swizzled' or 'linear'"),
-        lambda: fp4q.quantize_nvfp4(np.zeros((M, K), np.uint16), 1.0, sf_layout=sf_layout),
-    )
+def test_sf_layout_invalid_is_rejected_before_the_rules_on_x(sf_layout, monkeypatch):
+    # The options' rules run before those on the values of x (its dtype, K, strides): x breaks one of
+    # each here. (Whether x is a CUDA array at all is known first: without a GPU, a host x raises
+    # NoGpuError, test_no_gpu_error_comes_before_any_rule_on_a_host_array.) No GPU is needed: the fakes.
+    cp = fakes.install(monkeypatch, fakes.HostCupy()).cupy
+    for x in (cp.zeros((M, K), dtype=cp.float32), cp.zeros((M, 24), dtype=cp.uint16), _x(cp, (M, 2 * K))[:, ::2]):
+        expect_rejected(
+            ValueError, r"sf_layout must be", _words(f"got {sf_layout!r}"), _words("'swizzled' or 'linear'"),
+            lambda: fp4q.quantize_nvfp4(x, 1.0, sf_layout=sf_layout),
+        )
 
 
 @pytest.mark.parametrize("sf_layout", BAD_LAYOUTS, ids=repr)
@@ -571,10 +615,11 @@ def test_explicit_config_on_a_call_its_kernel_cannot_serve(config, obstacle, rul
 
 
 def test_mxfp4_config_passed_to_quantize_nvfp4(path, cp):
-    config = QuantizeConfig(sf_vec_size=32)
+    config = QuantizeConfig(fmt="mxfp4")
     call, watch = _quantize_with_buffers(cp, path, _x(cp, (M, 128)), out=cp.full((M, 64), FILL, dtype=cp.uint8),
                                          sf_out=cp.full(fp4q.swizzled_sf_shape(M, 256, "mxfp4"), FILL, dtype=cp.uint8), config=config)
-    expect_rejected(ValueError, r"\bconfig\b", _words("32"), _words("16"), call, watch)
+    expect_rejected(ValueError, r"\bconfig\.fmt\b", _words("'mxfp4'"), _words("quantize_nvfp4 quantizes to NVFP4",
+                                                                                "fmt='nvfp4'"), call, watch)
 
 
 DYNAMIC_BAD = {  # (type, argument named, value, rule, what the row changes)
@@ -618,8 +663,8 @@ def test_dynamic_tensor_sf_with_another_bad_argument(bad, cp):
 
 CONFIG_ERRORS = [
     # (class, fields, field named, value as written, rule)
-    (QuantizeConfig, dict(tile_m=100), "tile_m", "got 100", "must be one of 128, 256"),
-    (QuantizeConfig, dict(tile_m=128.0), "tile_m", "got 128.0", "must be one of 128, 256"),
+    (QuantizeConfig, dict(tile_m=100), "tile_m", "got 100", "must be 128 or 256"),
+    (QuantizeConfig, dict(tile_m=128.0), "tile_m", "got 128.0", "must be 128 or 256"),
     (QuantizeConfig, dict(tile_k=96), "tile_k", "got 96", "must be a multiple of 64"),
     (QuantizeConfig, dict(tile_k=2048), "tile_k", "got 2048", "integer in [64, 1024]"),
     (QuantizeConfig, dict(num_stages=0), "num_stages", "got 0", "integer in [1, 16]"),
@@ -638,15 +683,18 @@ CONFIG_ERRORS = [
     (QuantizeConfig, dict(output_box_k=0), "output_box_k", "got 0", "integer in [1, 256]"),
     (QuantizeConfig, dict(persistent=1), "persistent", "got 1", "must be a bool"),
     (QuantizeConfig, dict(setmaxnreg="yes"), "setmaxnreg", "got 'yes'", "must be a bool"),
-    (QuantizeConfig, dict(sf_vec_size=8), "sf_vec_size", "got 8", "must be"),
+    (QuantizeConfig, dict(fmt="fp8"), "fmt", "got 'fp8'", "must be 'nvfp4' or 'mxfp4'"),
+    (QuantizeConfig, dict(fmt=16), "fmt", "got 16", "must be 'nvfp4' or 'mxfp4'"),  # a group size is no format
     (QuantizeConfig, dict(arch="sm_89"), "arch", "got 'sm_89'", "must be one of 'sm_80', 'sm_90a', 'sm_100f'"),
-    (QuantizeConfig, dict(sf_layout="tiled"), "sf_layout", "got 'tiled'", "must be one of 'swizzled', 'linear'"),
+    (QuantizeConfig, dict(sf_layout="tiled"), "sf_layout", "got 'tiled'", "must be 'swizzled' or 'linear'"),
     (QuantizeConfig, dict(tensor_sf_mode="host"), "tensor_sf_mode", "got 'host'", "'value', 'pointer'"),
-    (QuantizeConfig, dict(input_dtype="float32"), "input_dtype", "got 'float32'", "'bfloat16', 'float16'"),
+    (QuantizeConfig, dict(fmt="mxfp4", tensor_sf_mode="pointer"), "tensor_sf_mode", "got 'pointer'",
+     "must be one of 'value' for fmt='mxfp4'"),
+    (QuantizeConfig, dict(input_dtype="float32"), "input_dtype", "got 'float32'", "must be 'bfloat16' or 'float16'"),
     (SimtConfig, dict(threads=100), "threads", "got 100", "must be one of 64, 128, 256, 512, 1024"),
     (SimtConfig, dict(threads=256.0), "threads", "got 256.0", "must be one of 64, 128, 256, 512, 1024"),
-    (SimtConfig, dict(arch="sm_90"), "arch", "got 'sm_90'", "must be one of"),
-    (SimtConfig, dict(sf_layout="row"), "sf_layout", "got 'row'", "must be one of"),
+    (SimtConfig, dict(arch="sm_90"), "arch", "got 'sm_90'", "must be one of 'sm_80', 'sm_90a'"),
+    (SimtConfig, dict(sf_layout="row"), "sf_layout", "got 'row'", "must be 'swizzled' or 'linear'"),
 ]
 
 

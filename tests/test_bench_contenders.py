@@ -36,12 +36,17 @@ def test_e2m1_thresholds_give_the_spec_ties():
     assert torch.bucketize(ties, bounds, right=False).tolist() == [0, 2, 2, 4, 4, 6, 6, 7]
 
 
-def test_torch_host_rows_call_what_they_name():
+def test_torch_host_rows_call_what_they_name(monkeypatch):
     """On the CPU the rows can be built and the dispatcher-floor row runs; the fp4q rows
-    reach fp4q's torch op and the CuPy API, whose rules refuse a host tensor."""
+    reach fp4q's torch op and the CuPy API, whose rules refuse a host tensor: without a
+    GPU, first of all by saying that there is none; with one (the fake driver of
+    tests/fakes.py here), by naming the host tensor."""
+    import re
     import types
 
+    import fakes
     import fp4q
+    from fp4q.cuda.driver import gpu_status
 
     env = types.SimpleNamespace(torch=torch, fp4q=fp4q)
     xt = torch.zeros(bench_contenders.HOST_SHAPE, dtype=torch.bfloat16)
@@ -52,6 +57,15 @@ def test_torch_host_rows_call_what_they_name():
         "fp4q.quantize_nvfp4 on torch tensors, out= given",
         "torch.add(a, b, out=c) (torch's dispatcher floor)",
     ]
+    available, reason = gpu_status()
+    for _, call, _ in runs[:3]:
+        if available:
+            with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
+                call()
+        else:
+            with pytest.raises(fp4q.NoGpuError, match=f"^fp4q needs an NVIDIA GPU and driver: {re.escape(reason)}$"):
+                call()
+    fakes.install(monkeypatch)
     for _, call, _ in runs[:3]:
         with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
             call()

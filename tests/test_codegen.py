@@ -9,14 +9,16 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
 from fp4q.kernels.archs import ALL_TARGETS, target
-from fp4q.kernels.quantize import numerics_probe_spec
+from probe import TEMPLATE as PROBE_TEMPLATE, numerics_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
+
+FMT = {16: "nvfp4", 32: "mxfp4"}  # the format of each group size
 
 S = Swizzle
 REPO_TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "ptx_templates"
 TEMPLATES = ("ptx/types.cuh", "numerics/quantize_group.cuh", "kernels/quantize_fp4_tma.cu",
-             "kernels/quantize_fp4_simt.cu", "kernels/numerics_probe.cu")
+             "kernels/quantize_fp4_simt.cu")
 
 
 def code_lines(source: str) -> list[str]:
@@ -52,6 +54,9 @@ def test_templates_dir_finds_ptx_templates():
     assert d.resolve() == REPO_TEMPLATES.resolve()
     for name in TEMPLATES:
         assert (d / name).is_file(), name
+    # The numerics probe is a test kernel: it lives with the tests, not among the package's templates.
+    assert not list(d.rglob("numerics_probe*")) and PROBE_TEMPLATE.is_file()
+    assert pathlib.Path(numerics_probe_spec("sm_90a").template) == PROBE_TEMPLATE
 
 
 def test_templates_dir_missing_raises(monkeypatch, tmp_path):
@@ -61,7 +66,7 @@ def test_templates_dir_missing_raises(monkeypatch, tmp_path):
         templates_dir()
 
 
-@pytest.mark.parametrize("name", TEMPLATES)
+@pytest.mark.parametrize("name", TEMPLATES + (str(PROBE_TEMPLATE),))  # the probe by its absolute path
 def test_expand_includes_inlines_everything_once(name):
     text = expand_includes(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
@@ -124,7 +129,7 @@ def test_render_tma_constants(name):
         "OUT_BOX_K": cfg.output_box_k, "OUT_SWIZZLE": cfg.output_swizzle.value, "NUM_STAGES": cfg.num_stages,
         "NUM_OUT_BUFFERS": cfg.out_buffers, "CONSUMER_THREADS": cfg.consumer_threads,
         "MIN_CTAS_PER_SM": cfg.min_ctas_per_sm, "OFF_IN": smem.input, "OFF_Q": smem.q, "OFF_SF": smem.sf,
-        "OFF_BARRIERS": smem.barriers, "OFF_TILES": smem.tiles, "SF_VEC": cfg.sf_vec_size,
+        "OFF_BARRIERS": smem.barriers, "OFF_TILES": smem.tiles, "SF_VEC": cfg.sf_vec_size, "PROLOGUE": 0,
     }
     if cfg.setmaxnreg:
         want["PRODUCER_REGS"], want["CONSUMER_REGS"] = cfg.register_split
@@ -156,7 +161,7 @@ def test_render_tma_flags(name):
     assert d["FP4Q_HAS_CVT_E2M1"] == ("1" if cfg.arch == "sm_100f" else "0")
 
 
-@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(sf_vec_size=32)])
+@pytest.mark.parametrize("cfg", [QuantizeConfig(), QuantizeConfig(arch="sm_100f"), SimtConfig(fmt="mxfp4")])
 def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     # if constexpr type-checks both branches in every compile; only the guards whose
     # branch cannot compile in some config stay macros
@@ -164,7 +169,7 @@ def test_flags_are_constexpr_except_preprocessor_guards(cfg):
     assert set(re.findall(r"^#define (FP4Q_\w+) [01]$", src, re.M)) <= {"FP4Q_SETMAXNREG"}
     assert "constexpr bool FP4Q_SF_SWIZZLED = true;" in src
     assert "constexpr bool FP4Q_INPUT_FP16 = false;" in src
-    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.sf_vec_size == 32 else 'false'};" in src
+    assert f"constexpr bool FP4Q_MX_RCEIL = {'true' if cfg.fmt == 'mxfp4' else 'false'};" in src
 
 
 def test_render_without_setmaxnreg_has_no_register_constants():
@@ -204,7 +209,7 @@ def test_render_simt(threads, layout, mode):
     cfg = SimtConfig(threads=threads, sf_layout=layout, tensor_sf_mode=mode, input_dtype="float16")
     src = render(cfg.spec)
     assert src.kernel_name == "fp4q_quantize_fp4_simt" and src.arch == "sm_90a"
-    assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16}
+    assert constants(src.source) == {"SIMT_THREADS": threads, "SF_VEC": 16, "PROLOGUE": 0}
     d = defines(src.source)
     assert d["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert d["FP4Q_TENSOR_SF_BY_POINTER"] == ("1" if mode == "pointer" else "0")
@@ -217,14 +222,14 @@ def test_render_simt(threads, layout, mode):
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
 @pytest.mark.parametrize("layout", ["swizzled", "linear"])
 def test_render_vector(sf_vec_size, layout):
-    src = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, sf_layout=layout, vector=True).spec)
+    src = render(SimtConfig(threads=128, fmt=FMT[sf_vec_size], sf_layout=layout, vector=True).spec)
     assert src.kernel_name == "fp4q_quantize_fp4_vector"
-    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "VEC_ELEMS": 16}
+    assert constants(src.source) == {"SIMT_THREADS": 128, "SF_VEC": sf_vec_size, "PROLOGUE": 0, "VEC_ELEMS": 16}
     assert defines(src.source)["FP4Q_SF_SWIZZLED"] == ("1" if layout == "swizzled" else "0")
     assert "shfl.sync.bfly.b32" in src.source and "ld.global.nc.v4.u32" in src.source
     assert render(SimtConfig(vector=True).spec).source != render(SimtConfig().spec).source
     for elements in (8, 32):
-        other = render(SimtConfig(threads=128, sf_vec_size=sf_vec_size, vector=True, vector_elements=elements).spec)
+        other = render(SimtConfig(threads=128, fmt=FMT[sf_vec_size], vector=True, vector_elements=elements).spec)
         assert constants(other.source)["VEC_ELEMS"] == elements
 
 
@@ -239,12 +244,12 @@ def test_vector_elements_rules():
 
 @pytest.mark.parametrize("sf_vec_size", [16, 32])
 def test_a_unit_of_the_walk_is_vector_elements_or_one_group(sf_vec_size):
-    assert SimtConfig(sf_vec_size=sf_vec_size).elements_per_unit == sf_vec_size
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True).elements_per_unit == 16
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=32).elements_per_unit == 32
+    assert SimtConfig(fmt=FMT[sf_vec_size]).elements_per_unit == sf_vec_size
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True).elements_per_unit == 16
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=32).elements_per_unit == 32
     # 4096 columns: 256 or 128 groups; swizzled, their domain is already whole 4-group words.
-    assert SimtConfig(sf_vec_size=sf_vec_size).units_per_row(4096, True) == 4096 // sf_vec_size
-    assert SimtConfig(sf_vec_size=sf_vec_size, vector=True, vector_elements=8).units_per_row(4096, True) == 512
+    assert SimtConfig(fmt=FMT[sf_vec_size]).units_per_row(4096, True) == 4096 // sf_vec_size
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=8).units_per_row(4096, True) == 512
 
 
 # --- determinism and sensitivity --------------------------------------------------------------------------------
@@ -350,3 +355,13 @@ def test_render_numerics_probe(arch):
 
 def test_numerics_probe_differs_by_arch():
     assert render(numerics_probe_spec("sm_90a")).source != render(numerics_probe_spec("sm_100f")).source
+
+
+@pytest.mark.parametrize("cfg", [SimtConfig(vector=True), SimtConfig(), QuantizeConfig(num_stages=2)],
+                         ids=["vector", "plain", "tma"])
+def test_the_prologue_selects_its_steps_and_doubles_the_tma_stage(cfg):
+    silu = cfg.replace(prologue="silu_mul")
+    assert constants(render(silu.spec).source)["PROLOGUE"] == 1
+    assert "exp_f32" in render(silu.spec).source  # the SiLU·mul transform's numerics are rendered
+    if isinstance(cfg, QuantizeConfig):
+        assert silu.smem.q == 2 * cfg.smem.q  # each stage holds both halves' tiles

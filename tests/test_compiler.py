@@ -14,7 +14,7 @@ import fp4q._version
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
 from fp4q.jit.render import KernelSource, expand_includes, render
-from fp4q.kernels.quantize import numerics_probe_spec
+from probe import numerics_probe_spec
 from fp4q.jit.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
 from fp4q.kernels.archs import ARCHS
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config

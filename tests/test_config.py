@@ -74,30 +74,44 @@ def test_threads_per_sm_of_sm_110f():
         cfg.replace(arch="sm_110f")
 
 
-@pytest.mark.parametrize("value", [8, 64, 0, -16, 16.0])
-def test_sf_vec_size_must_be_16_or_32(value):
-    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
-        QuantizeConfig(sf_vec_size=value)
-    with raises_config("sf_vec_size must be one of 16, 32, got", repr(value)):
-        SimtConfig(sf_vec_size=value)
+# The format is one field, fmt; the group size (sf_vec_size) follows from it and is no field of its own.
+@pytest.mark.parametrize("value", ["fp8", "NVFP4", "", None, 16, 32])
+def test_fmt_must_be_nvfp4_or_mxfp4(value):
+    with raises_config("fmt must be 'nvfp4' or 'mxfp4', got", repr(value)):
+        QuantizeConfig(fmt=value)
+    with raises_config("fmt must be 'nvfp4' or 'mxfp4', got", repr(value)):
+        SimtConfig(fmt=value)
+
+
+@pytest.mark.parametrize("cls", [QuantizeConfig, SimtConfig])
+def test_sf_vec_size_is_derived_from_fmt_and_read_only(cls):
+    assert cls().sf_vec_size == 16 and cls(fmt="nvfp4").sf_vec_size == 16
+    assert cls(fmt="mxfp4").sf_vec_size == 32 and cls().replace(fmt="mxfp4").sf_vec_size == 32
+    for value in (16, 32):
+        with pytest.raises(TypeError, match="sf_vec_size"):
+            cls(sf_vec_size=value)
+        with pytest.raises(TypeError, match="sf_vec_size"):
+            cls().replace(sf_vec_size=value)
+    with pytest.raises(AttributeError):
+        cls().sf_vec_size = 32
 
 
 def test_mxfp4_tile_k_must_cover_a_scale_block():
-    with raises_config("tile_k must be a multiple of 128 for sf_vec_size=32", "got 64"):
-        QuantizeConfig(sf_vec_size=32, tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1)
-    cfg = QuantizeConfig(sf_vec_size=32)
+    with raises_config("tile_k must be a multiple of 128 for fmt='mxfp4'", "got 64"):
+        QuantizeConfig(fmt="mxfp4", tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1)
+    cfg = QuantizeConfig(fmt="mxfp4")
     assert cfg.scales_box == (1, 1, 32, 16)
 
 
 @pytest.mark.parametrize("value", ["RCEIL", "ceil", "", None])
 def test_mx_mode(value):
-    with raises_config("mx_mode must be one of 'rceil', 'floor', got", repr(value)):
-        QuantizeConfig(sf_vec_size=32, mx_mode=value)
+    with raises_config("mx_mode must be 'rceil' or 'floor', got", repr(value)):
+        QuantizeConfig(fmt="mxfp4", mx_mode=value)
 
 
 @pytest.mark.parametrize("value", [64, 192, 512, 0, True])
 def test_tile_m_must_be_128_or_256(value):
-    with raises_config("tile_m must be one of 128, 256, got", repr(value)):
+    with raises_config("tile_m must be 128 or 256, got", repr(value)):
         QuantizeConfig(tile_m=value)
 
 
@@ -271,20 +285,20 @@ def test_integer_ranges(field, value, lo, hi):
 
 
 @pytest.mark.parametrize(
-    "field, value, choices",
+    "field, value, rule",
     [
-        ("tensor_sf_mode", "ptr", "'value', 'pointer'"),
-        ("tensor_sf_mode", "Value", "'value', 'pointer'"),
-        ("sf_layout", "128x4", "'swizzled', 'linear'"),
-        ("sf_layout", None, "'swizzled', 'linear'"),
-        ("input_dtype", "float32", "'bfloat16', 'float16'"),
-        ("input_dtype", "bf16", "'bfloat16', 'float16'"),
+        ("tensor_sf_mode", "ptr", "must be one of 'value', 'pointer' for fmt='nvfp4'"),
+        ("tensor_sf_mode", "Value", "must be one of 'value', 'pointer' for fmt='nvfp4'"),
+        ("sf_layout", "128x4", "must be 'swizzled' or 'linear'"),
+        ("sf_layout", None, "must be 'swizzled' or 'linear'"),
+        ("input_dtype", "float32", "must be 'bfloat16' or 'float16'"),
+        ("input_dtype", "bf16", "must be 'bfloat16' or 'float16'"),
     ],
 )
-def test_bad_string_choices(field, value, choices):
-    with raises_config(f"{field} must be one of {choices}, got {value!r}"):
+def test_bad_string_choices(field, value, rule):
+    with raises_config(f"{field} {rule}, got {value!r}"):
         QuantizeConfig(**{field: value})
-    with raises_config(f"{field} must be one of {choices}, got {value!r}"):
+    with raises_config(f"{field} {rule}, got {value!r}"):
         SimtConfig(**{field: value})
 
 
@@ -314,9 +328,9 @@ def test_simt_vector_must_be_bool(value):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: QuantizeConfig(tile_m=128.0), lambda: QuantizeConfig(sf_vec_size=16.0),
-     lambda: SimtConfig(threads=256.0)],
-    ids=["tile_m", "sf_vec_size", "simt_threads"],
+    [lambda: QuantizeConfig(tile_m=128.0), lambda: QuantizeConfig(fmt=16.0),
+     lambda: SimtConfig(vector=True, vector_elements=16.0), lambda: SimtConfig(threads=256.0)],
+    ids=["tile_m", "fmt_as_a_group_size", "vector_elements", "simt_threads"],
 )
 def test_float_values_of_integer_fields_are_rejected(make):
     with pytest.raises(ConfigError):
@@ -370,7 +384,7 @@ def test_configs_are_hashable_and_compare_by_value():
         (dict(tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 4, 32, 16)),
         (dict(input_box_k=16, input_swizzle=S.B32, output_box_k=16, output_swizzle=S.NONE), (1, 2, 32, 16)),
         (dict(tile_k=64, output_box_k=32, output_swizzle=S.B32, consumer_warpgroups=1), (1, 1, 32, 16)),
-        (dict(sf_vec_size=32, tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 2, 32, 16)),
+        (dict(fmt="mxfp4", tile_k=256, output_box_k=128, output_swizzle=S.B128, num_stages=2), (1, 2, 32, 16)),
     ],
 )
 def test_scales_box(changes, scales):

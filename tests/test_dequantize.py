@@ -43,17 +43,17 @@ def test_defaults():
         "nvfp4", "bfloat16", "swizzled", "value", "sm_90a")
     assert cfg.threads == 32 + 8 * 32
     assert cfg.q_box == (128, 64)
-    assert (cfg.group_size, cfg.unit) == (16, 8)
-    assert cfg.replace(fmt="mxfp4", tensor_sf_mode="none", out_dtype="float32").unit == 4
+    assert (cfg.sf_vec_size, cfg.unit) == (16, 8)
+    assert cfg.replace(fmt="mxfp4", out_dtype="float32").unit == 4
     assert DequantizeSimtConfig().threads == 256
 
 
 @pytest.mark.parametrize("cls", [DequantizeConfig, DequantizeSimtConfig])
 @pytest.mark.parametrize("field, value, message", [
     ("arch", "sm_89", "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"),
-    ("fmt", "fp8", "fmt must be one of 'nvfp4', 'mxfp4', got 'fp8'"),
-    ("out_dtype", "float16", "out_dtype must be one of 'bfloat16', 'float32', got 'float16'"),
-    ("sf_layout", "tiled", "sf_layout must be one of 'swizzled', 'linear', got 'tiled'"),
+    ("fmt", "fp8", "fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"),
+    ("out_dtype", "float16", "out_dtype must be 'bfloat16' or 'float32', got 'float16'"),
+    ("sf_layout", "tiled", "sf_layout must be 'swizzled' or 'linear', got 'tiled'"),
     ("tensor_sf_mode", "none", "tensor_sf_mode must be one of 'value', 'pointer' for fmt='nvfp4', got 'none'"),
 ])
 def test_call_field_rules(cls, field, value, message):
@@ -62,11 +62,13 @@ def test_call_field_rules(cls, field, value, message):
 
 
 @pytest.mark.parametrize("cls", [DequantizeConfig, DequantizeSimtConfig])
-@pytest.mark.parametrize("mode", ["value", "pointer"])
+@pytest.mark.parametrize("mode", ["pointer", "none"])
 def test_mxfp4_has_no_tensor_sf(cls, mode):
-    with raises_config("tensor_sf_mode must be one of 'none' for fmt='mxfp4', got", repr(mode)):
+    # MXFP4 has no tensor scale: its kernels take the by-value argument ("value") and never read it.
+    with raises_config("tensor_sf_mode must be one of 'value' for fmt='mxfp4', got", repr(mode)):
         cls(fmt="mxfp4", tensor_sf_mode=mode)
-    assert cls(fmt="mxfp4", tensor_sf_mode="none").group_size == 32
+    assert cls(fmt="mxfp4", tensor_sf_mode="value").sf_vec_size == 32
+    assert cls(fmt="mxfp4").tensor_sf_mode == "value"
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -133,7 +135,7 @@ def prelude_constants(source: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^constexpr int (\w+) = (-?\d+);$", prelude, re.M)}
 
 
-@pytest.mark.parametrize("fmt, mode", [("nvfp4", "value"), ("nvfp4", "pointer"), ("mxfp4", "none")])
+@pytest.mark.parametrize("fmt, mode", [("nvfp4", "value"), ("nvfp4", "pointer"), ("mxfp4", "value")])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("layout", ["swizzled", "linear"])
 def test_render_flags_and_constants(fmt, mode, dtype, layout):
@@ -160,7 +162,7 @@ def test_every_code_affecting_field_changes_the_source():
     base = codegen.render(DequantizeConfig().spec).source
     for changes in [dict(tile_m=64), dict(tile_k=256), dict(num_stages=2), dict(consumer_warps=4),
                     dict(min_ctas_per_sm=1), dict(out_dtype="float32"), dict(sf_layout="linear"),
-                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4", tensor_sf_mode="none"), dict(arch="sm_100f")]:
+                    dict(tensor_sf_mode="pointer"), dict(fmt="mxfp4"), dict(arch="sm_100f")]:
         assert codegen.render(DequantizeConfig(**changes).spec).source != base, changes
 
 
@@ -182,7 +184,7 @@ def test_dequantize_variants_are_in_all_variants(arch):
     # every config on a target with TMA (all fit), only the plain kernel and its vector form without
     simt = sum(isinstance(cfg, DequantizeSimtConfig) for cfg in DEQUANTIZE.values())
     bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else simt
-    assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: no modes
+    assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: its one mode
     everything = all_variants(arch)
     for name, cfg in variants.items():
         assert everything[name] == cfg and cfg.arch == arch
@@ -441,7 +443,8 @@ def test_argument_errors_name_argument_value_and_rule(cp):
         fp4q.dequantize_nvfp4(q, sf, 1.0, dtype="float16")
     with pytest.raises(TypeError, match="q must hold uint8 bytes .*got dtype uint16"):
         fp4q.dequantize_nvfp4(q.view(cp.uint16), sf, 1.0)
-    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
+    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for "
+                                         r"dequantize_mxfp4, got 48"):
         fp4q.dequantize_mxfp4(cp.zeros((4, 24), dtype=cp.uint8), sf)
     with pytest.raises(ValueError, match=r"sf must have shape \(1, 1, 32, 4, 4\), got \(4, 4\)"):
         fp4q.dequantize_nvfp4(q, cp.zeros((4, 4), dtype=cp.uint8), 1.0)

@@ -23,7 +23,7 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "devi
     cp = pytest.importorskip("cupy")
     from fp4q.cuda import driver
     from fp4q.jit.loader import get_kernel
-    from fp4q.kernels.quantize import numerics_probe_spec
+    from probe import numerics_probe_spec
     from fp4q.ops.plans import KernelLaunch
 
     dev = driver.device(cp.cuda.Device().id)
@@ -36,7 +36,8 @@ def _probe(v: np.ndarray, amax: np.ndarray, tensor_sf: float, build: str = "devi
     codes = cp.zeros(pairs // 4, cp.uint32)
     sf = cp.zeros(pairs, cp.uint16)
     inv = cp.zeros(2 * pairs, cp.float32)
-    launch = KernelLaunch(None, kernel, 1024, ("v", "codes", "amax", "sf", "inv", "tensor_sf", "pairs"))
+    # The call's slots are the probe's parameters, in order.
+    launch = KernelLaunch(None, kernel, 1024, tuple((p.name, p.kind) for p in spec.params))
     launch(cp.cuda.get_current_stream().ptr, False,
            (vd.data.ptr, codes.data.ptr, ad.data.ptr, sf.data.ptr, inv.data.ptr, tensor_sf, pairs))
     cp.cuda.get_current_stream().synchronize()

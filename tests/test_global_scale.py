@@ -48,17 +48,23 @@ def test_shared_rules(cls):
 
 
 def test_amax_rules():
-    with raises_config("input_dtype must be one of 'bfloat16', 'float16', got 'float32'"):
+    with raises_config("input_dtype must be 'bfloat16' or 'float16', got 'float32'"):
         AmaxConfig(input_dtype="float32")
     with raises_config("vector_loads must be a bool, got 1"):
         AmaxConfig(vector_loads=1)
 
 
 def test_fused_dynamic_rules_and_render():
-    with raises_config("sf_layout must be one of 'swizzled', 'linear', got 'tiled'"):
+    with raises_config("sf_layout must be 'swizzled' or 'linear', got 'tiled'"):
         FusedDynamicConfig(sf_layout="tiled")
-    with raises_config("input_dtype must be one of 'bfloat16', 'float16', got 'float32'"):
+    with raises_config("input_dtype must be 'bfloat16' or 'float16', got 'float32'"):
         FusedDynamicConfig(input_dtype="float32")
+    # NVFP4 with the scale it derives, by value: the call fields no other format or mode.
+    with raises_config("the one-launch dynamic quantizer is NVFP4 with the scale it derives (fmt='nvfp4', "
+                       "tensor_sf_mode='value'), got fmt='mxfp4', tensor_sf_mode='value'"):
+        FusedDynamicConfig(fmt="mxfp4")
+    with raises_config("got fmt='nvfp4', tensor_sf_mode='pointer'"):
+        FusedDynamicConfig(tensor_sf_mode="pointer")
     cfg = FusedDynamicConfig(sf_layout="linear", input_dtype="float16", arch="sm_100f")
     # The quantize half is the vector kernel's: the same flags and the same work items.
     assert cfg.vector == SimtConfig(threads=128, vector=True, sf_layout="linear", input_dtype="float16",
@@ -224,7 +230,9 @@ def test_deterministic_and_stream_ordered():
 @gpu
 def test_repeated_calls_reuse_their_plan_with_new_pointers():
     import fp4q
-    from fp4q.ops import plans
+    from fp4q.ops import engine, plans
+    from fp4q.ops.arrays import as_operand
+    from fp4q.ops.global_scale import GLOBAL_SCALE
 
     cp = _cp()
     rng = np.random.default_rng(9)
@@ -235,8 +243,12 @@ def test_repeated_calls_reuse_their_plan_with_new_pointers():
             x = cp.asarray(host)[:, start:start + 512]
             want = reference.global_scale(np.ascontiguousarray(host[:, start:start + 512]))
             assert_scale(_scale_of(x), want, f"start {start} trial {trial}")
-            plan = plans.plans.get(("global_scale", x.shape, x.strides, False, x.dtype.name, x.data.device_id))
-            assert plan is not None and (not x.data.ptr % 16) in plan.launches
+            stored = len(plans.plans)
+            plan = engine.plan_of(GLOBAL_SCALE, as_operand(x, "x"), (), None)
+            assert len(plans.plans) == stored, "the call stored no plan of its kind"
+            # A launch per low four bits of x's pointer (the op's only pointer before its scalar output).
+            launch = plan.launches[("value", x.data.ptr & 15)]
+            assert launch.amax.config.vector_loads == (x.data.ptr % 16 == 0)
     stream = cp.cuda.Stream(non_blocking=True)
     x = cp.asarray(wide)
     want = reference.global_scale(wide)

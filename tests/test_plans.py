@@ -1,4 +1,4 @@
-"""Launch plans and the call path of quantize (fp4q/ops) without a GPU.
+"""Launch plans and the one call path of the ops (fp4q/ops/engine.py) without a GPU.
 
 CuPy arrays, the device, kernel loading, tensor-map encoding and the
 driver's launch are faked (tests/fakes.py); everything else (validation, plans, argument
@@ -32,8 +32,10 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import KernelSpec, StrideGrid
 from fp4q.kernels.walk import unit_divisor
 from fp4q.numerics.layouts import swizzled_sf_shape
-from fp4q.ops import plans
-from fp4q.ops import quantize as api
+from fp4q.ops import api, declare, engine, plans
+from fp4q.ops import quantize as quantize_ops
+from fp4q.ops.arrays import as_operand
+from fp4q.ops.quantize import QUANTIZE_NVFP4
 
 import fakes
 from fakes import CTAS_PER_SM, SM_COUNT, SUCCESS, FakeArray, FakeDriver, FakeStream
@@ -42,13 +44,13 @@ from fakes import CTAS_PER_SM, SM_COUNT, SUCCESS, FakeArray, FakeDriver, FakeStr
 @pytest.fixture
 def gpu(monkeypatch):
     fake = fakes.install(monkeypatch)
-    fake.views = 0  # calls that ran the rules on x (the first of a kind)
-    fake.checked = 0  # kernel choices (the first call of a kind, alignment and tensor_sf mode)
-    input_view, resolve_config = api.input_view, api.resolve_config
+    fake.views = 0  # calls that ran the rules on the main input (the first of a kind: its plan)
+    fake.checked = 0  # quantize kernel choices (per kind of call, tensor_sf mode and the pointers' low bits)
+    rows_view, resolve_config = declare.rows_view, quantize_ops.resolve_config
 
     def counting_view(*args):
         fake.views += 1
-        return input_view(*args)
+        return rows_view(*args)
 
     def counting_resolve(*args):
         fake.checked += 1
@@ -56,11 +58,11 @@ def gpu(monkeypatch):
         fake.config_of[cfg.spec] = cfg
         return cfg
 
-    monkeypatch.setattr(api, "input_view", counting_view)
-    monkeypatch.setattr(api, "resolve_config", counting_resolve)
+    monkeypatch.setattr(declare, "rows_view", counting_view)
+    monkeypatch.setattr(quantize_ops, "resolve_config", counting_resolve)
     # These small fake shapes would pick the vector kernel; the tests below are about
     # the TMA kernel unless they say otherwise (vector_kernel_for_small_inputs).
-    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, sf_vec_size=16: 0)
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, fmt="nvfp4": 0)
     tuning.choose_config.cache_clear()
     yield fake
     tuning.choose_config.cache_clear()
@@ -69,7 +71,7 @@ def gpu(monkeypatch):
 
 @pytest.fixture
 def vector_kernel_for_small_inputs(gpu, monkeypatch):
-    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, sf_vec_size=16: tuning.VECTOR_MAX_ELEMENTS)
+    monkeypatch.setattr(tuning, "vector_max_elements", lambda arch, fmt="nvfp4": tuning.VECTOR_MAX_ELEMENTS)
     tuning.choose_config.cache_clear()
     return gpu
 
@@ -77,7 +79,8 @@ def vector_kernel_for_small_inputs(gpu, monkeypatch):
 # ------------------------------------------------------------------------------------ what a call must launch
 def expected_launch(cfg, view, q, sf, scale, stream=0):
     """The grid and the arguments (by name) that ``cfg``'s kernel must get for this call:
-    tensor maps as TensorMapSpec, pointers and integers as ints, the scale as a float32."""
+    tensor maps as TensorMapSpec, pointers and integers as ints, the scale as a float32.
+    Kernel parameters are named by the call's slots (x, out, sf_out, tensor_sf_value, tensor_sf_ptr)."""
     rows, cols = view["rows"], view["cols"]
     x_ptr, row_stride = view["ptr"], view["row_stride"]
     args = dict(tensor_sf_value=float(np.float32(scale[0])), tensor_sf_ptr=scale[1], rows=rows, cols=cols)
@@ -90,13 +93,12 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
             k_blocks, m_blocks = math.ceil(cols / (4 * cfg.sf_vec_size)), math.ceil(rows / 128)
             sf_spec = TensorMapSpec(sf.data.ptr, 1, (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks),
                                     tuple(reversed(cfg.scales_box)))
-            sf_linear = 0
-        else:
-            sf_spec, sf_linear = q_spec, sf.data.ptr
+        else:  # linear scales are stored through sf_out; the map the kernel leaves unread is the first one again
+            sf_spec = in_spec
         tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_k)
         grid = min(tiles, SM_COUNT * CTAS_PER_SM) if cfg.persistent else tiles
         tickets = FakeDriver.counter_for(None, None, stream) if grid < tiles else 0
-        args.update(in_map=in_spec, q_map=q_spec, sf_map=sf_spec, sf_linear=sf_linear, tickets=tickets)
+        args.update(x_map=in_spec, out_map=q_spec, sf_out_map=sf_spec, sf_out=sf.data.ptr, tickets=tickets)
     else:
         groups = cols // cfg.sf_vec_size
         padded_rows = math.ceil(rows / 128) * 128 if cfg.sf_layout == "swizzled" else rows
@@ -108,7 +110,8 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
             per_row = padded_groups
             total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
-        args.update(x=x_ptr, x_row_stride=row_stride, q=q.data.ptr, sf=sf.data.ptr, **dict(unit_divisor(per_row)))
+        args.update(x=x_ptr, x_row_stride=row_stride, out=q.data.ptr, sf_out=sf.data.ptr,
+                    **dict(unit_divisor(per_row)))
     return grid, args
 
 
@@ -138,10 +141,20 @@ def call(gpu, x, tensor_sf=1.0, **kwargs):
     return q, sf, (new[0] if new else None)
 
 
-def plan_of(x, *rest):
-    """The stored plan of quantize_nvfp4(x) with the default layout and config."""
-    key = ("quantize", api.NVFP4, x.shape, x.strides, False, x.dtype.name, x.data.device_id, "swizzled", id(None))
-    return plans.plans.get(key)
+def plan_of(x, options=("swizzled",)):
+    """The stored plan of quantize_nvfp4(x) with these options (sf_layout) and no config."""
+    stored = len(plans.plans)
+    plan = engine.plan_of(QUANTIZE_NVFP4, as_operand(x, "x"), options, None)
+    assert len(plans.plans) == stored, "no plan of this kind of call was stored"
+    return plan
+
+
+def low_bits(*pointers):
+    """The key of the pointers' alignment in a plan's launches: their low four bits, in order."""
+    low = 0
+    for ptr in pointers:
+        low = (low << 4) | (ptr & 15)
+    return low
 
 
 def swizzled(cupy, m, k, offset=0):
@@ -251,11 +264,16 @@ def test_alignment_is_part_of_the_kind(gpu):
         _, _, launch = call(gpu, x_odd, 1.0, out=q_aligned, sf_out=sf)
         check_launch(launch, SimtConfig, x_odd, q_aligned, sf, 1.0, 0, True)
     launches = plan_of(x).launches
-    assert type(launches[("value", True)].config) is QuantizeConfig
-    assert type(launches[("value", False)].config) is SimtConfig
-    # Kernel choices: the first aligned call, the first misaligned one (its SIMT launch then serves every
-    # misaligned call of the kind: odd out, odd sf_out, odd x), the first linear one.
-    assert gpu.checked == 3
+    # A plan keeps a launch per tensor_sf mode and low four bits of the pointers (x, out, sf_out).
+    assert {key: type(launch.config) for key, launch in launches.items()} == {
+        ("value", low_bits(x.data.ptr, q_aligned.data.ptr, sf.data.ptr)): QuantizeConfig,
+        ("value", low_bits(x.data.ptr, q_odd.data.ptr, sf.data.ptr)): SimtConfig,
+        ("value", low_bits(x.data.ptr, q_aligned.data.ptr, sf_odd.data.ptr)): SimtConfig,
+        ("value", low_bits(x_odd.data.ptr, q_aligned.data.ptr, sf.data.ptr)): SimtConfig}
+    assert low_bits(x.data.ptr, q_aligned.data.ptr, sf.data.ptr) == 0
+    # Kernel choices: the first call of each of those four alignments (odd out, odd sf_out, odd x), then
+    # the first linear one (another kind of call); each repeat took its stored launch.
+    assert gpu.checked == 5
 
 
 def test_explicit_tma_config_on_misaligned_pointers_raises_every_time(gpu):
@@ -468,7 +486,7 @@ def test_config_object_is_part_of_the_kind(gpu):
     for cfg in (a, b, a, b, SimtConfig(), None):
         q, sf, launch = call(gpu, x, 1.0, config=cfg)
         if cfg is None:
-            assert launch["config"] == api.choose_config(64, 1024, "sm_90a").replace(sf_layout="swizzled")
+            assert launch["config"] == tuning.choose_config(64, 1024, "sm_90a").replace(sf_layout="swizzled")
         else:
             assert launch["config"] == cfg.replace(arch="sm_90a")
         check_launch(launch, type(cfg or launch["config"]), x, q, sf, 1.0, 0, True)
@@ -502,7 +520,8 @@ def test_tensor_maps_per_launcher_are_bounded(gpu, monkeypatch):
         q, sf = outs[i]
         _, _, launch = call(gpu, x, 1.0, out=q, sf_out=sf)
         check_launch(launch, QuantizeConfig, x, q, sf, 1.0, 0, True)
-    assert len(plan_of(x).launches[("value", True)]._maps) == 2
+    (launch,) = plan_of(x).launches.values()  # every pointer 16-byte aligned: one launch
+    assert len(launch._maps) == 2  # the launcher's own bounded table of maps (MAPS_PER_LAUNCHER)
 
 
 def test_plans_are_bounded(gpu, monkeypatch):
@@ -580,7 +599,7 @@ def _launcher(grid, block, smem, pdl=True):
     context = cu.CUcontext(0x5000)
     device = driver.Device(0, "Fake", (9, 0), SM_COUNT, 232448, context, int(context))
     spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), (), block, smem, StrideGrid(128))
-    return Launcher(spec, cu.CUfunction(1), device, grid, (), pdl=pdl)
+    return Launcher(spec, cu.CUfunction(1), device, grid, slots=(), pdl=pdl)
 
 
 def test_launcher_configs_per_thread_and_pdl(monkeypatch):
@@ -594,10 +613,10 @@ def test_launcher_configs_per_thread_and_pdl(monkeypatch):
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_launch)
     monkeypatch.setattr(cu, "cuCtxGetCurrent", lambda: (SUCCESS, cu.CUcontext(0x5000)))
     launcher = _launcher(7, 384, 4096)
-    launcher(11, True, (), ())
-    launcher(12, False, (), ())
-    launcher(13, True, (), ())
-    t = threading.Thread(target=launcher, args=(14, True, (), ()))
+    launcher(11, True, ())
+    launcher(12, False, ())
+    launcher(13, True, ())
+    t = threading.Thread(target=launcher, args=(14, True, ()))
     t.start()
     t.join()
     assert [s[2:] for s in seen] == [(1, 11, 7, 384, 4096), (0, 12, 7, 384, 4096), (1, 13, 7, 384, 4096),
@@ -606,7 +625,7 @@ def test_launcher_configs_per_thread_and_pdl(monkeypatch):
     assert seen[3][1] not in (seen[0][1], seen[1][1])  # another thread, another config
     seen.clear()
     without_pdl = _launcher(7, 384, 4096, pdl=False)  # a kernel built without griddepcontrol
-    without_pdl(15, True, (), ())
+    without_pdl(15, True, ())
     assert seen[0][2] == 0
 
 
@@ -616,7 +635,34 @@ def test_launch_errors_name_the_call(monkeypatch):
     monkeypatch.setattr(cu, "cuGetErrorName", lambda err: (SUCCESS, b"CUDA_ERROR_INVALID_VALUE"))
     monkeypatch.setattr(cu, "cuGetErrorString", lambda err: (SUCCESS, b"invalid argument"))
     with pytest.raises(driver.CudaError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
-        _launcher(1, 128, 0)(0, False, (), ())
+        _launcher(1, 128, 0)(0, False, ())
+
+
+def test_config_for_names_the_config_the_call_launches(vector_kernel_for_small_inputs):
+    gpu = vector_kernel_for_small_inputs
+    cp = gpu.cupy
+    x, x_odd = cp.array((16, 4096)), cp.array((16, 4096), offset=2)
+    q_odd = cp.array((16, 2048), np.uint8, offset=8)
+    tsf = cp.array((), np.float32)
+    calls = [(x, dict()), (x_odd, dict()), (x, dict(out=q_odd)), (x, dict(sf_layout="linear")),
+             (x, dict(config=QuantizeConfig())), (x, dict(config=SimtConfig(vector=True, vector_elements=32)))]
+    for x_, kwargs in calls:
+        for tensor_sf in (1.0, tsf):
+            want = api.config_for(x_, tensor_sf, **kwargs)
+            _, _, launch = call(gpu, x_, tensor_sf, **kwargs)
+            assert launch["config"] == want, (kwargs, tensor_sf)
+            assert want.tensor_sf_mode == ("pointer" if tensor_sf is tsf else "value") and want.fmt == "nvfp4"
+        before = len(gpu.launches)
+        want = api.config_for(x_, fmt="mxfp4", mode="floor", **kwargs) if "config" not in kwargs else None
+        if want is not None:
+            api.quantize_mxfp4(x_, mode="floor", **kwargs)
+            (launch,) = gpu.launches[before:]
+            assert launch["config"] == want and (want.fmt, want.mx_mode) == ("mxfp4", "floor")
+    assert api.config_for(cp.array((0, 64))) is None
+    with pytest.raises(ValueError, match="fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"):
+        api.config_for(x, fmt="fp8")
+    with pytest.raises(ValueError, match=re.escape("config.fmt is 'nvfp4', but quantize_mxfp4 quantizes to MXFP4")):
+        api.config_for(x, fmt="mxfp4", config=SimtConfig())
 
 
 def test_kind_of_call_fields(gpu):
@@ -654,11 +700,12 @@ def test_mxfp4_calls_launch_the_mxfp4_kernel_with_its_scale_geometry(gpu, mode, 
         q, sf = api.quantize_mxfp4(x, mode=mode, sf_layout=sf_layout)
         (launch,) = gpu.launches[before:]
         cfg = launch["config"]
-        assert (type(cfg), cfg.sf_vec_size, cfg.mx_mode, cfg.sf_layout) == (QuantizeConfig, 32, mode, sf_layout)
+        assert (type(cfg), cfg.fmt, cfg.sf_vec_size, cfg.mx_mode, cfg.sf_layout) == (QuantizeConfig, "mxfp4", 32, mode,
+                                                                                   sf_layout)
         assert q.shape == (m, k // 2)
         assert sf.shape == (swizzled_sf_shape(m, k, "mxfp4") if sf_layout == "swizzled" else (m, k // 32))
         if sf_layout == "swizzled":
-            sf_map = launch["args"]["sf_map"]
+            sf_map = launch["args"]["sf_out_map"]
             assert sf_map.dims == (16, 32, 17, 2) and sf_map.box == (16, 32, 1, 1)
     assert gpu.checked == 1
     # NVFP4 on the same input is another kind of call: its own checked call and plan.
@@ -672,10 +719,13 @@ def test_format_rules_are_checked(gpu):
         api.quantize_mxfp4(cp.array((4, 48)))
     with pytest.raises(ValueError, match="mode must be 'rceil' or 'floor', got 'ceil'"):
         api.quantize_mxfp4(cp.array((4, 64)), mode="ceil")
-    with pytest.raises(ValueError, match="config.sf_vec_size is 32, but quantize_nvfp4 quantizes groups of 16"):
-        api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(sf_vec_size=32))
-    with pytest.raises(ValueError, match="config.sf_vec_size is 16, but quantize_mxfp4 quantizes groups of 32"):
+    with pytest.raises(ValueError, match=re.escape("config.fmt is 'mxfp4', but quantize_nvfp4 quantizes to NVFP4: "
+                                                   "pass a config with fmt='nvfp4'")):
+        api.quantize_nvfp4(cp.array((4, 128)), 1.0, config=QuantizeConfig(fmt="mxfp4"))
+    with pytest.raises(ValueError, match=re.escape("config.fmt is 'nvfp4', but quantize_mxfp4 quantizes to MXFP4: "
+                                                   "pass a config with fmt='mxfp4'")):
         api.quantize_mxfp4(cp.array((4, 128)), config=SimtConfig())
+    assert gpu.launches == []
 
 
 def test_put_bounded_evicts_the_oldest_first():
@@ -692,7 +742,7 @@ def test_put_bounded_evicts_the_oldest_first():
 def test_dequantize_launches(gpu, m, k, tma):
     # Without a config, aligned buffers take the vector kernel at any size; the TMA kernel runs when passed.
     from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
-    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.api import dequantize_nvfp4
 
     cp = gpu.cupy
     q = cp.array((m, k // 2), np.uint8)
@@ -725,7 +775,8 @@ def test_dequantize_launches(gpu, m, k, tma):
 
 def test_dequantize_takes_tma_from_vector_max_elements(gpu):
     from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
-    from fp4q.ops.dequantize import VECTOR_MAX_ELEMENTS, dequantize_nvfp4
+    from fp4q.ops.api import dequantize_nvfp4
+    from fp4q.ops.dequantize import VECTOR_MAX_ELEMENTS
 
     cp = gpu.cupy
     k = 8192
@@ -739,7 +790,7 @@ def test_dequantize_takes_tma_from_vector_max_elements(gpu):
 
 def test_dequantize_pointers_pick_the_plain_or_the_vector_kernel(gpu):
     from fp4q.kernels.dequantize import DequantizeSimtConfig
-    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.api import dequantize_nvfp4
 
     cp = gpu.cupy
     m, k = 16, 256
@@ -763,7 +814,7 @@ def test_dequantize_pointers_pick_the_plain_or_the_vector_kernel(gpu):
 
 def test_a_launch_is_reused_only_for_pointers_of_the_same_alignment(gpu):
     from fp4q.kernels.dequantize import DequantizeSimtConfig
-    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.api import dequantize_nvfp4
 
     cp = gpu.cupy
     m, k = 16, 256
@@ -785,7 +836,7 @@ def test_a_launch_is_reused_only_for_pointers_of_the_same_alignment(gpu):
 
 
 def test_a_misaligned_device_tensor_sf_is_refused(gpu):
-    from fp4q.ops.dequantize import dequantize_nvfp4
+    from fp4q.ops.api import dequantize_nvfp4
 
     cp = gpu.cupy
     m, k = 16, 256
@@ -800,8 +851,7 @@ def test_a_misaligned_device_tensor_sf_is_refused(gpu):
 
 
 def test_buffers_at_an_address_that_splits_an_element_are_refused(gpu):
-    from fp4q.ops.dequantize import dequantize_nvfp4
-    from fp4q.ops.global_scale import global_scale
+    from fp4q.ops.api import dequantize_nvfp4, global_scale
 
     cp = gpu.cupy
     m, k = 16, 256
@@ -825,8 +875,7 @@ def test_buffers_at_an_address_that_splits_an_element_are_refused(gpu):
 
 
 def test_inputs_beyond_32_bit_indices_are_refused(gpu):
-    from fp4q.ops.dequantize import dequantize_nvfp4
-    from fp4q.ops.global_scale import global_scale
+    from fp4q.ops.api import dequantize_nvfp4, global_scale
 
     cp = gpu.cupy
     base = cp.array((1, 16)).data.ptr  # never read: the rules refuse the call first
@@ -845,7 +894,7 @@ def test_inputs_beyond_32_bit_indices_are_refused(gpu):
 
 
 def test_dequantize_rules_after_a_plan_exists(gpu):
-    from fp4q.ops.dequantize import dequantize_mxfp4, dequantize_nvfp4
+    from fp4q.ops.api import dequantize_mxfp4, dequantize_nvfp4
 
     cp = gpu.cupy
     q, sf = cp.array((16, 128), np.uint8), swizzled(cp, 16, 256)
@@ -865,13 +914,14 @@ def test_dequantize_rules_after_a_plan_exists(gpu):
         kwargs.update(bad)
         with pytest.raises(exc_type, match=message):
             dequantize_nvfp4(kwargs.pop("q"), kwargs.pop("sf"), kwargs.pop("tensor_sf"), **kwargs)
-    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for MXFP4, got 48"):
+    with pytest.raises(ValueError, match=r"K \(2 \* the last dimension of q\) must be a multiple of 32 for "
+                                         r"dequantize_mxfp4, got 48"):
         dequantize_mxfp4(cp.array((4, 24), np.uint8), cp.array((4, 1), np.uint8), sf_layout="linear")
     assert len(gpu.launches) == 1
 
 
 def test_global_scale_rules_first_and_after_a_plan_exists(gpu):
-    from fp4q.ops.global_scale import global_scale
+    from fp4q.ops.api import global_scale
 
     cp = gpu.cupy
     x = cp.array((4, 16))
@@ -895,7 +945,7 @@ def test_global_scale_rules_first_and_after_a_plan_exists(gpu):
 @pytest.mark.parametrize("offset, vector", [(0, True), (2, False)])
 def test_global_scale_launches_two_kernels_into_one_buffer(gpu, offset, vector):
     from fp4q.kernels.global_scale import AmaxConfig
-    from fp4q.ops.global_scale import global_scale
+    from fp4q.ops.api import global_scale
 
     cp = gpu.cupy
     x = cp.array((64, 1024), offset=offset)
@@ -906,7 +956,7 @@ def test_global_scale_launches_two_kernels_into_one_buffer(gpu, offset, vector):
         buffer = cp.allocations[-1]
         partials = min(math.ceil(64 * 1024 // (8 if vector else 1) / (512 * 4)), SM_COUNT * CTAS_PER_SM)
         assert amax["spec"] == AmaxConfig(vector_loads=vector).spec and amax["grid"] == (partials, 1, 1)
-        assert amax["args"] == dict(x=x.data.ptr, row_stride=1024, rows=64, cols=1024, partial=buffer.data.ptr + 4)
+        assert amax["args"] == dict(x=x.data.ptr, x_row_stride=1024, rows=64, cols=1024, partial=buffer.data.ptr + 4)
         assert reduce["grid"] == (1, 1, 1)
         assert reduce["args"] == dict(partial=buffer.data.ptr + 4, count=partials, scale=buffer.data.ptr)
         assert buffer.shape == (1 + partials,) and scale.shape == () and scale.data.ptr == buffer.data.ptr
@@ -928,9 +978,9 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
         assert names == ["fp4q_quantize_fp4_dynamic"]
         args = launches[0]["args"]
         per_row = 7168 // 16  # a multiple of 4 groups: no padding groups
-        assert args == dict(x=x.data.ptr, x_row_stride=7168, q=q.data.ptr, sf=sf.data.ptr, scale=scale.data.ptr,
-                            rows=100, cols=7168, sync=FakeDriver.counter_for(None, None, 0),
-                            **dict(unit_divisor(per_row)))
+        assert args == dict(x=x.data.ptr, x_row_stride=7168, out=q.data.ptr, sf_out=sf.data.ptr,
+                            tensor_sf_out=scale.data.ptr, rows=100, cols=7168,
+                            tickets=FakeDriver.counter_for(None, None, 0), **dict(unit_divisor(per_row)))
         assert scale.shape == () and scale.dtype == np.float32
         units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168, sf_layout == "swizzled")
         threads = tuning.fused_dynamic_threads(units, SM_COUNT)
@@ -947,7 +997,7 @@ def test_a_small_dynamic_input_takes_one_cta_and_no_counter(gpu, monkeypatch, ca
     q, sf, scale, names, launches = _dynamic_call(gpu, x)
     assert names == ["fp4q_quantize_fp4_dynamic"]
     assert launches[0]["grid"][0] == 1 and launches[0]["spec"].threads == 1024
-    assert launches[0]["args"]["sync"] == 0 and launches[0]["args"]["rows"] == 2
+    assert launches[0]["args"]["tickets"] == 0 and launches[0]["args"]["rows"] == 2
     # One unit more than one CTA takes: the grid barrier, on the stream's counter (two passes without one).
     rows = tuning.FUSED_ONE_CTA_MAX_UNITS // 256 + 1
     _, _, _, names, launches = _dynamic_call(gpu, gpu.cupy.array((rows, 4096)))
@@ -955,7 +1005,7 @@ def test_a_small_dynamic_input_takes_one_cta_and_no_counter(gpu, monkeypatch, ca
         assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and len(names) == 3
     else:
         assert names == ["fp4q_quantize_fp4_dynamic"] and launches[0]["grid"][0] > 1
-        assert launches[0]["args"]["sync"] == FakeDriver.counter_for(None, None, 0)
+        assert launches[0]["args"]["tickets"] == FakeDriver.counter_for(None, None, 0)
 
 
 def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch):
@@ -974,6 +1024,22 @@ def test_dynamic_takes_two_passes_where_one_launch_cannot_serve(gpu, monkeypatch
     assert names[:2] == expected and len(names) == 3
 
 
+def test_the_dynamic_scale_holds_partial_maxima_only_where_two_passes_write_them(gpu, monkeypatch):
+    """One launch returns a scalar of its own; two passes put the amax pass's partial
+    maxima after the scale, in the same allocation, so that they live as long as it."""
+    cp = gpu.cupy
+    _, _, scale, names, _ = _dynamic_call(gpu, cp.array((32, 4096)))
+    assert names == ["fp4q_quantize_fp4_dynamic"]
+    assert cp.allocations[-1] is scale and scale.shape == () and scale.nbytes == 4
+    monkeypatch.setattr(launch_module, "counter_for", lambda dev, stream: 0)  # captured: no counter
+    _, _, scale, names, launches = _dynamic_call(gpu, cp.array((32, 4096)))
+    assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and scale.shape == ()
+    buffer = cp.allocations[-1]
+    partials = launches[0]["grid"][0]
+    assert buffer.shape == (1 + partials,) and buffer.data.ptr == scale.data.ptr
+    assert launches[0]["args"]["partial"] == scale.data.ptr + 4 and launches[1]["args"]["count"] == partials
+
+
 def test_dynamic_with_a_config_the_call_refuses_launches_nothing(gpu):
     """The config's rules run before the two passes' global_scale is launched."""
     cp = gpu.cupy
@@ -985,7 +1051,7 @@ def test_dynamic_with_a_config_the_call_refuses_launches_nothing(gpu):
 
 
 def test_dynamic_above_the_fused_limit_takes_two_passes(gpu, monkeypatch):
-    monkeypatch.setattr(api, "FUSED_DYNAMIC_MAX_ELEMENTS", 16 * 4096 - 1)
+    monkeypatch.setattr(quantize_ops, "FUSED_DYNAMIC_MAX_ELEMENTS", 16 * 4096 - 1)
     cp = gpu.cupy
     _, _, _, names, _ = _dynamic_call(gpu, cp.array((16, 4096)))
     assert names[:2] == ["fp4q_amax", "fp4q_global_scale"] and len(names) == 3

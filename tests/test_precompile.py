@@ -11,13 +11,15 @@ import fp4q
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
 from fp4q.jit.compiler import CompileError, JitDisabledError, NvrtcError, compile_source, kernel_key
-from fp4q.jit.precompile import OPS, precompile, variants
+from fp4q.ops.api import OPS as API_OPS
+from fp4q.jit.precompile import precompile, variants
 from fp4q.jit.render import KernelSource, render
 from fp4q.kernels.archs import ARCHS, ALL_TARGETS
-from fp4q.kernels.global_scale import AmaxConfig, GlobalScaleConfig
-from fp4q.kernels.quantize import SimtConfig
+from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
+from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.rules import ConfigError
-from fp4q.kernels.variants import all_variants
+from fp4q.kernels.variants import OPS, all_variants, op_of
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 gpu = pytest.mark.gpu
@@ -51,7 +53,8 @@ def test_check_on_an_empty_cache_fails_listing_what_is_missing(tmp_path):
     assert out.returncode == 1
     assert "5 variants: 0 compiled, 0 already cached, 5 missing" in out.stdout
     for name, cfg in all_variants("sm_120f").items():
-        if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
+        if op_of(cfg) == "global_scale":
+            assert isinstance(cfg, (AmaxConfig, GlobalScaleConfig))
             assert f"missing: sm_120f {name}: {cfg!r}" in out.stdout
     assert not list(tmp_path.rglob("*.fp4qbin"))
 
@@ -68,7 +71,12 @@ def test_precompile_with_jit_disabled_and_an_empty_cache_fails(tmp_path):
     (["--arch", "sm_100a"], "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', got 'sm_100a'"),
     (["--arch", "sm_80_on_sm_90a"], "got 'sm_80_on_sm_90a'"),
     (["--arch", ""], "arch must name at least one of"),
-    (["--ops", "quantize,fp8"], "ops must be one of 'quantize', 'mxfp4', 'dequantize', 'global_scale', got 'fp8'"),
+    (["--ops", "quantize_nvfp4,fp8"], "ops must be one of 'quantize_nvfp4', 'quantize_mxfp4', "
+                                      "'silu_and_mul_quantize_nvfp4', 'silu_and_mul_quantize_mxfp4', 'dequantize_nvfp4', "
+                                      "'dequantize_mxfp4', 'global_scale', got 'fp8'"),
+    (["--ops", "quantize"], "ops must be one of 'quantize_nvfp4', 'quantize_mxfp4', 'silu_and_mul_quantize_nvfp4', "
+                            "'silu_and_mul_quantize_mxfp4', 'dequantize_nvfp4', 'dequantize_mxfp4', 'global_scale', "
+                            "got 'quantize'"),  # ops go by their functions' names
     (["--jobs", "0"], "jobs must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_are_refused(tmp_path, args, message):
@@ -81,11 +89,27 @@ def test_variants_default_to_every_target_and_op():
     everything = variants()
     assert {v.arch for v in everything} == set(ARCHS)
     assert len(everything) == sum(len(all_variants(a)) for a in ARCHS)
-    assert {v.config.op for v in everything} == set(OPS)
-    assert {v.arch for v in variants("sm_80,sm_120f", ["mxfp4"])} == {"sm_80", "sm_120f"}
-    assert {v.config.op for v in variants(None, "quantize,dequantize")} == {"quantize", "dequantize"}
+    assert {op_of(v.config) for v in everything} == set(OPS)
+    assert OPS == tuple(op.name for op in API_OPS)  # every public op, by its function's name
+    assert {v.arch for v in variants("sm_80,sm_120f", ["quantize_mxfp4"])} == {"sm_80", "sm_120f"}
+    assert {op_of(v.config) for v in variants(None, "quantize_nvfp4,dequantize_mxfp4")} == {"quantize_nvfp4",
+                                                                                           "dequantize_mxfp4"}
     with pytest.raises(ConfigError):
         variants(["sm_75"])
+
+
+def test_each_kernel_config_serves_the_op_of_its_function():
+    """op_of names the public function a config's kernel serves: the format's quantize or dequantize
+    function, global_scale for the two passes, quantize_nvfp4 (its tensor_sf="dynamic") for the one launch."""
+    cases = [(QuantizeConfig(), "quantize_nvfp4"), (QuantizeConfig(fmt="mxfp4"), "quantize_mxfp4"),
+             (SimtConfig(vector=True), "quantize_nvfp4"), (SimtConfig(fmt="mxfp4"), "quantize_mxfp4"),
+             (DequantizeConfig(), "dequantize_nvfp4"), (DequantizeSimtConfig(fmt="mxfp4"), "dequantize_mxfp4"),
+             (AmaxConfig(), "global_scale"), (GlobalScaleConfig(), "global_scale"),
+             (FusedDynamicConfig(), "quantize_nvfp4")]
+    for cfg, op in cases:
+        assert op_of(cfg) == op, cfg
+    for v in variants("sm_90a"):
+        assert op_of(v.config).endswith(getattr(v.config, "fmt", "nvfp4")) or op_of(v.config) == "global_scale", v
 
 
 def test_precompile_in_process_reports_bytes_per_target(tmp_path):

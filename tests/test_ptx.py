@@ -16,7 +16,10 @@ MNEMONICS = {
     "mul_rn": "mul.rn.f32",
     "fma_rn": "fma.rn.f32",
     "add_rn": "add.rn.f32",
+    "sub_rn": "sub.rn.f32",
+    "sqrt_rn": "sqrt.rn.f32",
     "rcp_rn": "rcp.rn.f32",
+    "rcp_approx_ftz_f32": "rcp.approx.ftz.f32",
     "div_rn": "div.rn.f32",
     "max_f32": "max.f32",
     "min_f32": "min.f32",
@@ -28,11 +31,13 @@ MNEMONICS = {
     "max_nan_xorsign_abs_bf16x2": "max.NaN.xorsign.abs.bf16x2",
     "max_nan_xorsign_abs_f16x2": "max.NaN.xorsign.abs.f16x2",
     "max_nan_f32": "max.NaN.f32",
+    "min_nan_f32": "min.NaN.f32",
     "prmt_b32": "prmt.b32",
     "cvt_rn_satfinite_e4m3x2_f32": "cvt.rn.satfinite.e4m3x2.f32",
     "cvt_rn_f16x2_e4m3x2": "cvt.rn.f16x2.e4m3x2",
     "cvt_f32_f16": "cvt.f32.f16",
     "cvt_rn_bf16x2_f32": "cvt.rn.bf16x2.f32",
+    "cvt_rn_f16x2_f32": "cvt.rn.f16x2.f32",
     "redux_sync_max_u32": "redux.sync.max.u32",
     "shfl_sync_bfly_b32": "shfl.sync.bfly.b32",
     "vote_sync_any_pred": "vote.sync.any.pred",
@@ -92,7 +97,10 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     float r = mul_rn(a, b);
     r = fma_rn(r, a, b);
     r = add_rn(r, a);
+    r = sub_rn(r, b);
+    r = sqrt_rn(r);
     r = rcp_rn(r);
+    r = add_rn(r, rcp_approx_ftz_f32(b));
     r = div_rn(r, b);
     r = max_f32(r, a);
     r = min_f32(r, b);
@@ -110,7 +118,9 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= max_nan_xorsign_abs_f16x2(h2, bits);
     bits ^= prmt_b32(bits, e4, 0x7351u);
     r = max_nan_f32(r, b);
+    r = min_nan_f32(r, a);
     bits ^= cvt_rn_bf16x2_f32(a, r);
+    bits ^= cvt_rn_f16x2_f32(r, b);
     bits ^= redux_sync_max_u32(bits);
     r = add_rn(r, shfl_sync_bfly_b32(r, 1));
     bits ^= vote_sync_any_pred(bits > 7u) ? 1u : 0u;

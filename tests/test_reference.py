@@ -456,7 +456,7 @@ def test_quantize_argument_validation():
     x = np.zeros((2, 16), ml_dtypes.bfloat16)
     with pytest.raises(ValueError) as err:
         quantize_nvfp4(x, 1.0, sf_layout="foo")
-    assert str(err.value) == "sf_layout must be 'swizzled', 'linear' or '8x4', got 'foo'"
+    assert str(err.value) == "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'foo'"
     with pytest.raises(ValueError, match="tensor_sf must be a Python float or a numpy float32 scalar"):
         quantize_nvfp4(x, "1.0")
     with pytest.raises(TypeError, match="tensor_sf must be"):
@@ -537,6 +537,17 @@ def test_dequantize_float32_and_bfloat16():
     assert yb.dtype == np.uint16  # bf16 bits, as the kernels return them
     expected_b = np.array(THIRDS_BF16 + [b | 0x8000 for b in THIRDS_BF16], np.uint16)
     np.testing.assert_array_equal(yb[0], expected_b)
+    # bfloat16 is the default, as for the device functions.
+    import inspect
+
+    import fp4q
+
+    np.testing.assert_array_equal(dequantize_nvfp4(q, sf, 3.0, sf_layout="linear"), yb)
+    q32 = np.zeros((1, 16), np.uint8)
+    for dequantize, args in ((dequantize_nvfp4, (q, sf, 3.0)), (dequantize_mxfp4, (q32, as_bytes([[0x7F]])))):
+        assert dequantize(*args, sf_layout="linear").dtype == np.uint16
+        device_default = inspect.signature(getattr(fp4q, dequantize.__name__)).parameters["dtype"].default
+        assert inspect.signature(dequantize).parameters["dtype"].default == device_default == "bfloat16"
 
 
 def test_dequantize_swizzled_matches_linear():
@@ -673,7 +684,7 @@ def test_mxfp4_validation():
     with pytest.raises(ValueError) as err:
         quantize_mxfp4(np.zeros((2, 32), ml_dtypes.bfloat16), mode="ceil")
     assert str(err.value) == "mode must be 'rceil' or 'floor', got 'ceil'"
-    with pytest.raises(ValueError, match="sf_layout must be 'swizzled', 'linear' or '8x4', got 'row'"):
+    with pytest.raises(ValueError, match="sf_layout must be one of 'swizzled', 'linear', '8x4', got 'row'"):
         quantize_mxfp4(np.zeros((2, 32), ml_dtypes.bfloat16), sf_layout="row")
     with pytest.raises(ValueError, match="K = 2 \\* q.shape\\[-1\\] must be a multiple of 32, got 16"):
         dequantize_mxfp4(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), sf_layout="linear")

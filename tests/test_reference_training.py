@@ -594,7 +594,7 @@ def test_empty_inputs(shape, options):
         ((16, 16), {"seed": 1.5}, TypeError, "seed must be an int, got 1.5 of type float"),
         ((16, 16), {"stochastic": 1}, TypeError, "stochastic must be a bool, got 1 of type int"),
         ((16, 16), {"four_over_six": "yes"}, TypeError, "four_over_six must be a bool, got 'yes'"),
-        ((16, 16), {"sf_layout": "tiled"}, ValueError, "sf_layout must be 'swizzled', 'linear' or '8x4', got 'tiled'"),
+        ((16, 16), {"sf_layout": "tiled"}, ValueError, "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'tiled'"),
         ((16, 24), {}, ValueError, "K must be a multiple of 16, got 24"),
     ],
 )

@@ -17,9 +17,9 @@ from fp4q.cuda import launch
 from fp4q.cuda.launch import Launcher
 from fp4q.jit.render import render
 from fp4q.kernels.archs import ARCHS
-from fp4q.kernels.quantize import numerics_probe_spec
-from fp4q.kernels.spec import (PARAM_C_TYPES, KernelSpec, MapBox, Param, StrideGrid, TileGrid, WarpSpecialized,
-                              params)
+from probe import numerics_probe_spec
+from fp4q.kernels.spec import (PARAM_C_TYPES, Extent, KernelSpec, MapSpec, Param, StrideGrid, TileGrid,
+                              WarpSpecialized, params)
 from fp4q.kernels.variants import all_variants
 
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)',
@@ -105,14 +105,15 @@ def test_warp_specialized_threads_are_named_together_or_inherited():
 
 
 PACKED = params(("m0", "map"), ("m1", "map"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("s", "i64"), ("t", "ptr"))
+SLOTS = (("a", "ptr"), ("b", "ptr"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("s", "i64"), ("t", "ptr"))
 VALUE_KINDS = [ctypes.c_uint64, ctypes.c_float, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64]
 SUCCESS = 0
 
 
 @pytest.fixture
 def launched(monkeypatch):
-    """Launches through a fake driver: per launch, the thread, the block's address,
-    its slots and the values they point at, read while the launch runs."""
+    """Launches through a fake driver: per launch, the thread, the table's address,
+    its entries and the values they point at, read while the launch runs."""
     cu = driver.driver_api()
     context = cu.CUcontext(0x5000)
     seen = []
@@ -125,35 +126,35 @@ def launched(monkeypatch):
 
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_launch)
     monkeypatch.setattr(cu, "cuCtxGetCurrent", lambda: (cu.CUresult.CUDA_SUCCESS, context))
-    # A map "encoded" for a pointer lives at that pointer: its slot must hold it.
+    # A map "encoded" for a pointer lives at that pointer: its entry must hold it.
     monkeypatch.setattr(launch.tensor_maps, "get", lambda spec, what: types.SimpleNamespace(getPtr=lambda: spec.address))
     device = driver.Device(0, "Fake", (9, 0), 132, 232448, context, int(context))
-    boxes = (MapBox("m0", 1, (16, 1)), MapBox("m1", 1, (16, 1)))
-    shapes = (("a", (16, 1), (16,)), ("b", (16, 1), (16,)))
+    boxes = (MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1)))
+    extents = {"a": Extent(1, 16, 16), "b": Extent(1, 16, 16)}
 
-    def launcher(params=PACKED, names=("p", "f", "n", "s", "t"), fixed=()):
-        spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), boxes)
-        return Launcher(spec, cu.CUfunction(1), device, 1, names, map_shapes=shapes, fixed=fixed)
+    def launcher(params=PACKED, slots=SLOTS, fixed=None, maps=boxes):
+        spec = KernelSpec("k", "kernels/k.cu", "sm_90a", (), (), params, 128, 0, StrideGrid(128), maps)
+        return Launcher(spec, cu.CUfunction(1), device, 1, slots, fixed, extents=extents)
 
     return seen, launcher
 
 
-def test_launcher_lays_out_maps_then_pointed_scalars(launched):
+def test_launcher_lays_out_the_values_before_the_table_maps_first(launched):
     seen, launcher = launched
-    launcher()(0, False, (0xDEAD0, 1 / 3, -5, -(2**40), 0), (0x1000, 0x2000))
+    launcher()(0, False, (0x1000, 0x2000, 0xDEAD0, 1 / 3, -5, -(2**40), 0))
     (_, address, slots, read), = seen
     assert slots[:2] == [0x1000, 0x2000]
     assert read == [0xDEAD0, struct.unpack("f", struct.pack("f", 1 / 3))[0], -5, -(2**40), 0]
-    for kind, slot in zip(VALUE_KINDS, slots[2:]):  # each value before the slots, naturally aligned
-        assert address - 32 <= slot < address and slot % ctypes.sizeof(kind) == 0
+    for kind, slot in zip(VALUE_KINDS, slots[2:]):  # each value before the table, naturally aligned
+        assert address - 48 <= slot < address and slot % ctypes.sizeof(kind) == 0
 
 
 def test_launcher_reuses_its_threads_block_and_rewrites_every_value(launched):
     seen, new_launcher = launched
     launcher = new_launcher()
-    launcher(0, False, (3, 0.5, 4, 5, 6), (0x100, 0x200))
-    launcher(0, True, (9, 1.5, 10, 11, 12), (0x700, 0x800))
-    worker = threading.Thread(target=launcher, args=(0, False, (3, 0.5, 4, 5, 6), (0x100, 0x200)))
+    launcher(0, False, (0x100, 0x200, 3, 0.5, 4, 5, 6))
+    launcher(0, True, (0x700, 0x800, 9, 1.5, 10, 11, 12))
+    worker = threading.Thread(target=launcher, args=(0, False, (0x100, 0x200, 3, 0.5, 4, 5, 6)))
     worker.start()
     worker.join()
     first, again, other = seen
@@ -161,27 +162,57 @@ def test_launcher_reuses_its_threads_block_and_rewrites_every_value(launched):
     assert other[0] != first[0] and other[1] != first[1]  # another thread, another block
 
 
-def test_launcher_orders_values_by_name(launched):
+def test_launcher_takes_each_parameter_from_the_slot_of_its_name(launched):
     seen, launcher = launched
-    assert launcher().order is None
-    reordered = launcher(names=("t", "p", "f", "n", "s"))
-    assert reordered.order == (1, 2, 3, 4, 0)
-    reordered(0, False, (0, 0xDEAD0, 0.5, -5, 7), (0x100, 0x200))
-    assert seen[0][3] == [0xDEAD0, 0.5, -5, 7, 0]
-    with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 'x'\] are not the kernel's"):
-        launcher(names=("p", "f", "n", "s", "x"))
+    reordered = launcher(slots=(("t", "ptr"), ("b", "ptr"), ("p", "ptr"), ("f", "f32"), ("a", "ptr"), ("n", "i32"),
+                                ("s", "i64"), ("unused", "f32")))
+    reordered(0, False, (0, 0x200, 0xDEAD0, 0.5, 0x100, -5, 7, 2.5))
+    assert seen[0][2][:2] == [0x100, 0x200] and seen[0][3] == [0xDEAD0, 0.5, -5, 7, 0]
+    with pytest.raises(ValueError, match=r"parameter 's' of k is neither a slot of the call \['a', 'b', 'p', 'f', "
+                                         r"'n', 't'\], nor a fixed value \[\], nor tickets"):
+        launcher(slots=(("a", "ptr"), ("b", "ptr"), ("p", "ptr"), ("f", "f32"), ("n", "i32"), ("t", "ptr")))
+    with pytest.raises(ValueError, match="parameter 'f' is a f32, but the call's slot of that name is a ptr"):
+        launcher(slots=(("a", "ptr"), ("b", "ptr"), ("p", "ptr"), ("f", "ptr"), ("n", "i32"), ("s", "i64"),
+                        ("t", "ptr")))
 
 
-def test_launcher_appends_its_fixed_values_to_each_calls(launched):
+def test_launcher_packs_its_fixed_values_once(launched):
     seen, launcher = launched
-    fixed = launcher(names=("t", "p", "f"), fixed=(("s", 2**40), ("n", -5)))
-    fixed(0, False, (7, 0xDEAD0, 0.5), (0x100, 0x200))
-    fixed(0, False, (8, 0xBEEF0, 1.5), (0x100, 0x200))
+    # "other" is no parameter of the kernel (a plan's fixed values serve every kernel of its op), and a
+    # fixed value of a slot's name ("t") gives way to the call's value in that slot.
+    fixed = launcher(slots=(("a", "ptr"), ("b", "ptr"), ("t", "ptr"), ("p", "ptr"), ("f", "f32")),
+                     fixed={"s": 2**40, "n": -5, "other": 1, "t": 3})
+    fixed(0, False, (0x100, 0x200, 7, 0xDEAD0, 0.5))
+    fixed(0, False, (0x100, 0x200, 8, 0xBEEF0, 1.5))
     assert [values for *_, values in seen] == [[0xDEAD0, 0.5, -5, 2**40, 7], [0xBEEF0, 1.5, -5, 2**40, 8]]
-    with pytest.raises(ValueError, match=r"the arguments \['f', 'n', 'p', 's', 't', 't'\] are not the kernel's"):
-        launcher(names=("t", "p", "f"), fixed=(("s", 1), ("n", 2), ("t", 3)))
 
 
 def test_launcher_wants_maps_first(launched):
     with pytest.raises(ValueError, match="tensor-map parameters must come first"):
-        launched[1](params(("p", "ptr"), ("m", "map")), ("p",))
+        launched[1](params(("p", "ptr"), ("m", "map")), (("p", "ptr"),))
+
+
+def test_launcher_wants_a_map_spec_per_map_parameter_in_order(launched):
+    m0, m1 = MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1))
+    for maps in ((m0,), (m1, m0), (m0, m1, MapSpec("m2", "a", 1, (16, 1)))):
+        with pytest.raises(ValueError, match=r"the map parameters \('m0', 'm1'\) are not the spec's maps "
+                                             + re.escape(str([m.param for m in maps]))):
+            launched[1](maps=maps)
+
+
+def test_launcher_passes_the_first_map_again_for_an_unread_one(launched):
+    seen, launcher = launched
+    unread = launcher(maps=(MapSpec("m0", "a", 1, (16, 1)), MapSpec("m1", "b", 1, (16, 1), geometry="unused")))
+    unread(0, False, (0x1000, 0x2000, 0xDEAD0, 0.5, -5, 7, 0))
+    assert seen[0][2][:2] == [0x1000, 0x1000]  # b's map is never encoded
+
+
+def test_map_geometry():
+    rows = MapSpec("x_map", "x", 2, (64, 128))
+    assert rows.dims_strides(Extent(rows=300, width=7168, row_bytes=16384)) == ((7168, 300), (16384,))
+    # Scales as 512-byte blocks of 128 rows x 4 groups: 300 rows and 70 groups are 3 x 18 blocks.
+    blocks = MapSpec("sf_out_map", "sf_out", 1, (16, 32, 2, 1), geometry="sf_blocks")
+    assert blocks.dims_strides(Extent(rows=300, width=70, row_bytes=0)) == ((16, 32, 18, 3), (16, 512, 512 * 18))
+    with pytest.raises(ValueError, match=r"MapSpec geometry must be one of \('rows', 'sf_blocks', 'unused'\), "
+                                         r"got 'tiles'"):
+        MapSpec("m", "x", 1, (16, 1), geometry="tiles")

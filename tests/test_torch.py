@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 import fp4q  # noqa: E402
 import fp4q.torch as ft  # noqa: E402
+from fp4q.torch import library  # noqa: E402
 from fp4q.numerics import reference  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -68,7 +69,11 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
              ("dequantize_nvfp4_out", "default"), ("dequantize_mxfp4", "default"),
              ("dequantize_mxfp4_out", "default"), ("global_scale", "default"), ("quantize_nvfp4_dynamic", "default"),
-             ("quantize_nvfp4_dynamic_out", "default")]
+             ("quantize_nvfp4_dynamic_out", "default"),
+             ("silu_and_mul_quantize_nvfp4", "Tensor"), ("silu_and_mul_quantize_nvfp4", "default"),
+             ("silu_and_mul_quantize_nvfp4_out", "Tensor"), ("silu_and_mul_quantize_nvfp4_out", "default"),
+             ("silu_and_mul_quantize_nvfp4_dynamic", "default"), ("silu_and_mul_quantize_nvfp4_dynamic_out", "default"),
+             ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default")]
 
 
 def test_schemas():
@@ -76,15 +81,16 @@ def test_schemas():
         schema = getattr(getattr(torch.ops.fp4q, name), overload)._schema
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         if name.endswith("_out"):
-            assert mutated == (["out", "sf_out"] if name.startswith("quantize") else ["out"]), schema
+            assert mutated == (["out", "sf_out"] if "quantize_" in name and not name.startswith("dequantize")
+                               else ["out"]), schema
             # The dynamic scale is computed, and returned; other out= ops return nothing.
             assert len(schema.returns) == (1 if "dynamic" in name else 0), schema
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if name == "quantize_nvfp4_dynamic":  # the scale is computed, and returned third
+        if name.endswith("_dynamic"):  # the scale is computed, and returned third
             assert not scale and len(schema.returns) == 3, schema
-        elif name == "quantize_nvfp4_dynamic_out":
+        elif name.endswith("_dynamic_out"):
             assert not scale, schema
         elif "nvfp4" in name:
             assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
@@ -93,10 +99,46 @@ def test_schemas():
         assert torch.Tag.pt2_compliant_tag in getattr(getattr(torch.ops.fp4q, name), overload).tags
 
 
-def test_the_module_docstring_lists_every_schema():
-    doc = ft.__doc__
-    for name, overload in OVERLOADS:
-        assert f"    {name}{'' if overload == 'default' else '.' + overload}(" in doc, (name, overload)
+def _registered_overload(qualified: str):
+    """The OpOverload of a registered ``fp4q::name`` or ``fp4q::name.overload``."""
+    name, _, overload = qualified.removeprefix("fp4q::").partition(".")
+    return getattr(getattr(torch.ops.fp4q, name), overload or "default")
+
+
+def test_schemas_lists_every_registered_op():
+    # The schemas are derived from the ops' declarations; schemas() is where they are listed (the
+    # module docstring points there): exactly the registered ops, as torch prints them.
+    registered = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("fp4q::"))
+    assert registered == sorted(f"fp4q::{name}{'' if overload == 'default' else '.' + overload}"
+                                for name, overload in OVERLOADS)
+    listed = ft.schemas()
+    assert len(listed) == len(set(listed)) == len(registered)
+    assert sorted(listed) == sorted(str(_registered_overload(name)._schema) for name in registered)
+    assert "fp4q.torch.schemas()" in ft.__doc__
+    # An option has its public function's name in the schema, but where torch's functionalization
+    # of the out= ops takes that name for itself (mode): there, its config field's (mx_mode).
+    for name in ("quantize_mxfp4", "quantize_mxfp4_out", "silu_and_mul_quantize_mxfp4"):
+        arguments = [a.name for a in getattr(torch.ops.fp4q, name).default._schema.arguments]
+        assert "mx_mode" in arguments and "mode" not in arguments, arguments
+    for name in ("dequantize_nvfp4", "quantize_nvfp4"):
+        arguments = [a.name for a in getattr(torch.ops.fp4q, name).default._schema.arguments]
+        assert "sf_layout" in arguments, arguments
+
+
+@pytest.mark.parametrize("name", ["quantize_nvfp4", "quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4",
+                                  "global_scale"])
+def test_wrappers_take_the_cupy_apis_arguments_plus_fp4_dtype_where_they_return_codes(name):
+    import inspect
+
+    cupy_api = inspect.signature(getattr(fp4q, name))
+    wrapper = inspect.signature(getattr(ft, name))
+    extra = ["fp4_dtype"] if name.startswith("quantize") else []
+    assert list(wrapper.parameters) == list(cupy_api.parameters) + extra
+    for parameter in cupy_api.parameters.values():
+        assert wrapper.parameters[parameter.name] == parameter
+    if extra:
+        assert wrapper.parameters["fp4_dtype"].default is False
+    assert getattr(ft, name).__module__ == "fp4q.torch" and name in ft.__all__
 
 
 def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
@@ -194,8 +236,14 @@ def test_fp16_input(fake):
     (lambda: ft.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0,
                                  sf_layout="linear", dtype="float16"), ValueError,
      "dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got 'float16'"),
+    (lambda: ft.dequantize_mxfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 1), torch.uint8),
+                                 sf_layout="linear", dtype=torch.float16), ValueError,
+     "dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got torch.float16"),
+    (lambda: torch.ops.fp4q.dequantize_nvfp4(fake_cuda((8, 16), torch.uint8), fake_cuda((8, 2), torch.uint8), 1.0,
+                                             "linear", "float16"), ValueError,
+     "dtype must be 'bfloat16' or 'float32', got 'float16'"),  # the op's schema takes the names only
     (lambda: ft.global_scale(fake_cuda((8, 40))), ValueError,
-     "K (the last dimension of x) must be a multiple of 16, got 40"),
+     "K (the last dimension of x) must be a multiple of 16 for global_scale, got 40"),
     (lambda: ft.scaled_fp4_quant(fake_cuda((8, 32), torch.float32), fake_cuda((), torch.float32)), TypeError,
      "input must be bfloat16 or float16, got torch.float32"),
 ])
@@ -205,11 +253,59 @@ def test_rules_hold_on_fake_tensors(fake, call, error, message):
     assert str(info.value) == message
 
 
-def test_host_tensors_are_named_as_such():
-    with pytest.raises(TypeError, match="^x must be a CUDA array, got a torch Tensor on cpu$"):
-        torch.ops.fp4q.quantize_nvfp4(torch.zeros((4, 32), dtype=BF16), 1.0)
-    with pytest.raises(TypeError, match="^q must be a CUDA array, got a torch Tensor on cpu$"):
-        ft.dequantize_mxfp4(torch.zeros((4, 16), dtype=torch.uint8), torch.zeros((4, 1), dtype=torch.uint8))
+def _host_tensor_calls():
+    return [(lambda: torch.ops.fp4q.quantize_nvfp4(torch.zeros((4, 32), dtype=BF16), 1.0), "x"),
+            (lambda: ft.dequantize_mxfp4(torch.zeros((4, 16), dtype=torch.uint8),
+                                         torch.zeros((4, 1), dtype=torch.uint8)), "q")]
+
+
+def test_host_tensors_are_named_as_such(monkeypatch):
+    # Without a GPU, first of all that there is none (NoGpuError, naming the reason); with one (the
+    # fake driver of tests/fakes.py), the host tensor by its argument's name.
+    import re
+
+    import fakes
+    from fp4q.cuda.driver import gpu_status
+
+    available, reason = gpu_status()
+    for call, name in _host_tensor_calls():
+        if available:
+            with pytest.raises(TypeError, match=f"^{name} must be a CUDA array, got a torch Tensor on cpu$"):
+                call()
+        else:
+            with pytest.raises(fp4q.NoGpuError, match=f"^fp4q needs an NVIDIA GPU and driver: {re.escape(reason)}$"):
+                call()
+    fakes.install(monkeypatch)
+    for call, name in _host_tensor_calls():
+        with pytest.raises(TypeError, match=f"^{name} must be a CUDA array, got a torch Tensor on cpu$"):
+            call()
+
+
+@pytest.mark.parametrize("name", sorted(library.SIGNATURES))
+def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatch, name):
+    """Each registered op's kernel: the schema's arguments (trailing defaults left out, as
+    torch leaves them) in the call path's groups, and what the schema returns: the outputs
+    (functional), the dynamic scale (out= and dynamic) or nothing (out=)."""
+    sig = library.SIGNATURES[name]
+    calls = []
+    outputs = ("q", "sf", "scale")[:len(sig.op.outputs) + sig.dynamic]
+
+    def runner(op):
+        assert op is sig.op
+        return lambda *args: calls.append(args) or outputs
+
+    monkeypatch.setattr(library, "runner", runner)
+    kernel = sig.kernel()
+    given = tuple(f"arg{i}" for i in range(sig.required))
+    returned = kernel(*given)
+    (inputs, tensor_sf, options, buffers, stream, config, pdl, allocate), = calls
+    assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
+    assert options == tuple(c.default for c in sig.op.options)
+    scale = given[sig.inputs] if sig.has_scale and not sig.dynamic else "dynamic" if sig.dynamic else None
+    assert tensor_sf == scale
+    assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
+    assert allocate is library.OUTPUTS[False]
+    assert returned == (outputs if not sig.outs else outputs[-1] if sig.dynamic else None)
 
 
 # ----------------------------------------------------------------- vLLM's shape contract
@@ -244,8 +340,21 @@ def _every_op(x, t, y):
     v = ft.scaled_fp4_quant(x, t)
     # The dynamic scale with out= given: one op, quantize_nvfp4_dynamic_out.
     q4, sf4, scale4 = ft.quantize_nvfp4(x, "dynamic", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    # SiLU·mul of x's two halves, every form.
+    s = _silu_ops(x, t)
+    hq, hsf, mq, msf = s[0], s[1], s[7], s[8]
+    s += ft.silu_and_mul_quantize_nvfp4(x, t, out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_nvfp4(x, 2.0, out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
+    s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x))
+            ft.global_scale(x), *s)
+
+
+def _silu_ops(x, t):
+    """The functional forms of the SiLU·mul quantizers on x's two halves."""
+    return (*ft.silu_and_mul_quantize_nvfp4(x, t), *ft.silu_and_mul_quantize_nvfp4(x, 1.5, sf_layout="linear"),
+            *ft.silu_and_mul_quantize_nvfp4(x, "dynamic", fp4_dtype=True), *ft.silu_and_mul_quantize_mxfp4(x, mode="floor"))
 
 
 def _functional_ops(x, t, y):
@@ -258,7 +367,7 @@ def _functional_ops(x, t, y):
     y2 = ft.dequantize_nvfp4(qf, sff, 0.75, sf_layout="linear", dtype="float32")
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
     v = ft.scaled_fp4_quant(x, t)
-    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v
+    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v, *_silu_ops(x, t)
 
 
 def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
@@ -272,7 +381,7 @@ def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
     counter = CompileCounterWithBackend("eager")
     compiled = torch.compile(_every_op, backend=counter, fullgraph=True, dynamic=True)
     mode = FakeTensorMode()
-    for m, k in ((300, 320), (1000, 640), (130, 192)):
+    for m, k in ((300, 320), (1000, 640), (130, 576)):
         with mode:
             x, y, t = fake_cuda((m, k)), fake_cuda((m, k)), fake_cuda((), torch.float32)
         got = compiled(x, t, y)
@@ -380,7 +489,9 @@ def _opcheck_samples():
     q, sf = ft.quantize_nvfp4(x, 0.5)
     ql, sfl = ft.quantize_nvfp4(x, 0.5, sf_layout="linear")
     qm, sfm = ft.quantize_mxfp4(x)
-    sf, sfl, sfm = (s.view(torch.uint8) for s in (sf, sfl, sfm))
+    hq, hsf = ft.silu_and_mul_quantize_nvfp4(x, 0.5)
+    hmsf = ft.silu_and_mul_quantize_mxfp4(x)[1]
+    sf, sfl, sfm, hsf, hmsf = (s.view(torch.uint8) for s in (sf, sfl, sfm, hsf, hmsf))
     ops = torch.ops.fp4q
     return [
         (ops.quantize_nvfp4.default, (x, 0.5)), (ops.quantize_nvfp4.default, (x, 0.5, "linear", False, True)),
@@ -398,6 +509,14 @@ def _opcheck_samples():
         (ops.quantize_nvfp4_dynamic.default, (x,)), (ops.quantize_nvfp4_dynamic.default, (x, "linear", False, True)),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(q), torch.empty_like(sf))),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(ql), torch.empty_like(sfl), "linear", False)),
+        # SiLU·mul of x's two halves (N = 64).
+        (ops.silu_and_mul_quantize_nvfp4.default, (x, 0.5)), (ops.silu_and_mul_quantize_nvfp4.Tensor, (x, t, "linear")),
+        (ops.silu_and_mul_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_nvfp4_dynamic.default, (x,)),
+        (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
+        (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
+        (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
     ]
 
 

@@ -47,23 +47,24 @@ def test_shipped_table_records_where_it_was_measured():
     assert all(isinstance(cfg, QuantizeConfig) for cfg in tuning.tuned_table("sm_90a").values())
 
 
-@pytest.mark.parametrize("sf_vec_size", [16, 32])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("m, k", [(1, 16), (16, 4096), (128, 8192), (1000, 2048), (1024, 4096), (128, 16384)])
-def test_small_inputs_choose_the_vector_kernel(m, k, sf_vec_size):
-    assert m * k < tuning.vector_max_elements("sm_90a", sf_vec_size)
-    cfg = tuning.choose_config(m, k, "sm_90a", sf_vec_size)
-    assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=sf_vec_size,
-                             vector_elements=tuning.vector_elements(m, k, sf_vec_size))
+def test_small_inputs_choose_the_vector_kernel(m, k, fmt):
+    assert m * k < tuning.vector_max_elements("sm_90a", fmt)
+    cfg = tuning.choose_config(m, k, "sm_90a", fmt)
+    assert cfg == SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, fmt=fmt,
+                             vector_elements=tuning.vector_elements(m, k, fmt))
 
 
-@pytest.mark.parametrize("m, k, sf_vec_size, elements", [
-    (1, 16, 16, 8), (16, 4096, 16, 8), (1, 65552, 16, 16), (17, 4096, 16, 16), (4096, 7168, 16, 16),
-    (1, 64, 32, 16), (1024, 4080, 32, 16), (1024, 4096, 32, 32), (8192, 16384, 32, 32),
+@pytest.mark.parametrize("m, k, fmt, elements", [
+    (1, 16, "nvfp4", 8), (16, 4096, "nvfp4", 8), (1, 65552, "nvfp4", 16), (17, 4096, "nvfp4", 16),
+    (4096, 7168, "nvfp4", 16), (1, 64, "mxfp4", 16), (1024, 4080, "mxfp4", 16), (1024, 4096, "mxfp4", 32),
+    (8192, 16384, "mxfp4", 32),
 ])
-def test_elements_per_thread_of_the_vector_kernel(m, k, sf_vec_size, elements):
-    assert tuning.vector_elements(m, k, sf_vec_size) == elements
+def test_elements_per_thread_of_the_vector_kernel(m, k, fmt, elements):
+    assert tuning.vector_elements(m, k, fmt) == elements
     # A target without TMA takes the vector kernel at every size, with the same units.
-    assert tuning.choose_config(m, k, "sm_80", sf_vec_size).vector_elements == elements
+    assert tuning.choose_config(m, k, "sm_80", fmt).vector_elements == elements
 
 
 @pytest.mark.parametrize("m, k", [(8192, 8192), (16384, 4096), (4096, 16384), (16384, 16384)])
@@ -78,9 +79,9 @@ def test_large_inputs_choose_the_table_or_default(m, k):
 ])
 def test_mxfp4_crosses_over_at_its_own_size(m, k, vector):
     # The table holds each format's crossover: MXFP4's vector kernel (a group per thread) serves larger inputs.
-    assert tuning.vector_max_elements("sm_90a", 32) == 1 << 28
-    cfg = tuning.choose_config(m, k, "sm_90a", 32)
-    assert cfg == (SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, sf_vec_size=32, vector_elements=32)
+    assert tuning.vector_max_elements("sm_90a", "mxfp4") == 1 << 28
+    cfg = tuning.choose_config(m, k, "sm_90a", "mxfp4")
+    assert cfg == (SimtConfig(threads=tuning.VECTOR_THREADS, vector=True, fmt="mxfp4", vector_elements=32)
                    if vector else default_mx_config())
     nvfp4 = tuning.choose_config(m, k, "sm_90a")
     assert isinstance(nvfp4, SimtConfig) == (m * k < tuning.vector_max_elements("sm_90a"))
@@ -142,10 +143,10 @@ def test_table_crossover_is_used(table_file):
 
 
 @pytest.mark.parametrize("value", [0, -5, "big", None, 1.5])
-@pytest.mark.parametrize("key, sf_vec_size", [("vector_max_elements", 16), ("mx_vector_max_elements", 32)])
-def test_unusable_crossover_falls_back_to_the_default(table_file, value, key, sf_vec_size):
+@pytest.mark.parametrize("key, fmt", [("vector_max_elements", "nvfp4"), ("mx_vector_max_elements", "mxfp4")])
+def test_unusable_crossover_falls_back_to_the_default(table_file, value, key, fmt):
     table_file({key: value, "entries": {}})
-    assert tuning.vector_max_elements("sm_90a", sf_vec_size) == tuning.VECTOR_MAX_ELEMENTS
+    assert tuning.vector_max_elements("sm_90a", fmt) == tuning.VECTOR_MAX_ELEMENTS
 
 
 GOOD = {"tile_k": 64, "output_box_k": 32, "output_swizzle": 32, "num_stages": 2, "consumer_warpgroups": 1}

@@ -128,8 +128,8 @@ def test_tuned_table_configs_are_compiled_variants():
 
 def expected_bases(arch):
     """What all_variants(arch) should ship before layouts and modes: each SHIPPED(_MX) config fitted
-    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes and,
-    for MXFP4, both rounding modes."""
+    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes, for
+    MXFP4 both rounding modes, and under every prologue (a TMA config fitted to its larger stages)."""
     out = set()
     if ARCHS[arch].features.tma:
         out |= {fit for cfg in {**SHIPPED, **SHIPPED_MX}.values() if (fit := fitted(cfg, arch)) is not None}
@@ -137,9 +137,14 @@ def expected_bases(arch):
     else:
         choosable = []
     for cfg in choosable + [c.replace(arch=arch) for c in SIMT.values()]:
-        for dtype in ("bfloat16", "float16"):
-            for mode in ("rceil", "floor") if cfg.sf_vec_size == 32 else ("rceil",):
-                out.add(cfg.replace(input_dtype=dtype, mx_mode=mode))
+        for prologue in ("none", "silu_mul"):
+            for dtype in ("bfloat16", "float16"):
+                for mode in ("rceil", "floor") if cfg.fmt == "mxfp4" else ("rceil",):
+                    changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
+                    if isinstance(cfg, SimtConfig):
+                        out.add(cfg.replace(**changes))
+                    elif (fit := fitted(cfg, arch, **changes)) is not None:
+                        out.add(fit)
     return out
 
 
@@ -149,7 +154,7 @@ def test_all_variants(arch):
     want = set()
     for cfg in expected_bases(arch):
         for layout in ("swizzled", "linear"):
-            for mode in ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",):
+            for mode in ("value", "pointer") if cfg.fmt == "nvfp4" else ("value",):
                 want.add(cfg.replace(sf_layout=layout, tensor_sf_mode=mode))
     assert set(out.values()) == want
     assert len(set(out.values())) == len(out)
@@ -157,6 +162,7 @@ def test_all_variants(arch):
         base, layout, mode = name.split("/")
         assert (cfg.arch, cfg.sf_layout, cfg.tensor_sf_mode) == (arch, layout, mode)
         assert ("_fp16" in base) == (cfg.input_dtype == "float16"), name
+        assert ("_silu_mul" in base) == (cfg.prologue == "silu_mul"), name
     # the named configs keep their names where they fit unchanged
     for name, cfg in {**SHIPPED, **SHIPPED_MX, **SIMT}.items():
         if isinstance(cfg, SimtConfig) or fits(cfg, arch):
@@ -209,19 +215,26 @@ def test_chosen_configs_are_shipped(arch, m, k):
     # what a call without config= runs: choose_config's pick, or the SIMT fallbacks for shapes and
     # pointers the pick cannot serve, in the call's input dtype, MXFP4 mode, layout and tensor_sf mode
     shipped = set(quantize_variants(arch).values())
-    for sf_vec_size in (16, 32):
-        picks = [choose_config(m, k, arch, sf_vec_size), SimtConfig(sf_vec_size=sf_vec_size, arch=arch),
-                 SimtConfig(sf_vec_size=sf_vec_size, vector=True, arch=arch)]
+    for fmt in ("nvfp4", "mxfp4"):
+        picks = [choose_config(m, k, arch, fmt), SimtConfig(fmt=fmt, arch=arch),
+                 SimtConfig(fmt=fmt, vector=True, arch=arch)]
+        assert all(cfg.fmt == fmt for cfg in picks)
         if not ARCHS[arch].features.tma:
             assert isinstance(picks[0], SimtConfig) and picks[0].vector
         for cfg in picks:
             for dtype in ("bfloat16", "float16"):
-                for mx_mode in ("rceil", "floor") if sf_vec_size == 32 else ("rceil",):
+                for mx_mode in ("rceil", "floor") if fmt == "mxfp4" else ("rceil",):
                     for layout in ("swizzled", "linear"):
-                        for mode in ("value", "pointer") if sf_vec_size == 16 else ("value",):
+                        for mode in ("value", "pointer") if fmt == "nvfp4" else ("value",):
                             call = cfg.replace(input_dtype=dtype, mx_mode=mx_mode, sf_layout=layout,
                                                tensor_sf_mode=mode)
                             assert call in shipped, call
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_the_test_kernel_is_not_shipped(arch):
+    # The numerics probe builds only for the tests (tests/probe.py): no variant of the package is it.
+    assert not [name for name, cfg in all_variants(arch).items() if "probe" in name or "probe" in cfg.spec.name]
 
 
 def test_all_variants_rejects_unknown_arch():

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from ..kernels.archs import ARCHS
 from ..kernels.rules import check_choice
 from ..kernels.spec import KernelConfig
-from ..kernels.variants import all_variants
+from ..kernels.variants import OPS, all_variants, op_of
 from .cache import BinaryCache
 from .compiler import CompileError, compile_source, kernel_key, unpack_cubin
 from .render import render
-
-OPS = ("quantize", "mxfp4", "dequantize", "global_scale")
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def variants(archs=None, ops=None) -> list[Variant]:
     archs = _parse_list("arch", archs, tuple(ARCHS), tuple(ARCHS))
     ops = _parse_list("ops", ops, OPS, OPS)
     return [Variant(arch, name, cfg) for arch in archs for name, cfg in all_variants(arch).items()
-            if cfg.op in ops]
+            if op_of(cfg) in ops]
 
 
 _worker_cache: BinaryCache | None = None
@@ -139,8 +137,8 @@ def precompile(archs=None, ops=None, *, jobs: int | None = None, check: bool = F
     """Compile every shipped variant of ``archs`` and ``ops`` into the cache, ``jobs`` processes at a time.
 
     ``archs``: target names (a list or a comma-separated string), default every target in
-    ``fp4q.kernels.archs.ARCHS``. ``ops``: any of ``quantize`` (NVFP4), ``mxfp4``, ``dequantize``,
-    ``global_scale``, default all. ``jobs``: default ``os.cpu_count()``. ``cache_dir``: default the
+    ``fp4q.kernels.archs.ARCHS``. ``ops``: any of the public operations (``quantize_nvfp4``,
+    ``quantize_mxfp4``, ``dequantize_nvfp4``, ``dequantize_mxfp4``, ``global_scale``), default all. ``jobs``: default ``os.cpu_count()``. ``cache_dir``: default the
     cache fp4q uses (``$FP4Q_CACHE_DIR``, else ``$XDG_CACHE_HOME/fp4q``, else ``~/.cache/fp4q``).
     ``check=True`` compiles nothing and reports the variants missing from the cache. Failures are
     reported, not raised: see ``Report.ok``. ``FP4Q_DISABLE_JIT=1`` is honoured here too (a missing

@@ -1,24 +1,20 @@
 """Configs of the dequantization kernels: NVFP4 or MXFP4 codes and scales
 back to bf16 or float32 values. Frozen and validated at construction, like
-the quantization configs in ``quantize.py``; ``fmt``, ``out_dtype``,
-``sf_layout``, ``tensor_sf_mode`` and ``arch`` are set from each call by the
-API."""
+the quantization configs in ``quantize.py``; the call's fields (``fmt``,
+``out_dtype``, ``sf_layout``, ``tensor_sf_mode``, ``arch``) are set from each
+call by the API."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .archs import check_arch, check_fits_sm
-from .quantize import SF_LAYOUTS
-from .spec import MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, TileGrid, WarpSpecialized, params, simt_spec
+from .archs import check_fits_sm
+from .call import CallFields
+from .spec import MAX_BOX_DIM, KernelSpec, MapSpec, StrideGrid, TileGrid, WarpSpecialized, params, simt_spec
 from .rules import align_up, check_bool, check_choice, check_even_split, check_int, require
 from .walk import UNIT_DIVISOR_PARAMS
 
-FORMATS = ("nvfp4", "mxfp4")
-OUT_DTYPES = ("bfloat16", "float32")
-GROUP_SIZE = {"nvfp4": 16, "mxfp4": 32}
 OUT_BYTES = {"bfloat16": 2, "float32": 4}
 WARP = 32
 STORE_BYTES = 16  # one vector store per unit of output
@@ -42,24 +38,6 @@ def dequantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
     )
 
 
-def tensor_sf_modes(fmt: str) -> tuple[str, ...]:
-    """NVFP4's tensor scale comes by value or through a device pointer; MXFP4 has none."""
-    return ("value", "pointer") if fmt == "nvfp4" else ("none",)
-
-
-def _check_call_fields(cfg) -> None:
-    check_arch(cfg.arch)
-    check_choice("fmt", cfg.fmt, FORMATS)
-    check_choice("out_dtype", cfg.out_dtype, OUT_DTYPES)
-    check_choice("sf_layout", cfg.sf_layout, SF_LAYOUTS)
-    modes = tensor_sf_modes(cfg.fmt)
-    require(
-        cfg.tensor_sf_mode in modes,
-        f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={cfg.fmt!r}, "
-        f"got {cfg.tensor_sf_mode!r}",
-    )
-
-
 @dataclass(frozen=True)
 class DequantizeSmem:
     """Byte offsets of the TMA kernel's dynamic shared memory, after alignment."""
@@ -69,22 +47,10 @@ class DequantizeSmem:
     total: int  # including the alignment slack requested at launch
 
 
-@dataclass(frozen=True)
-class _CallFormat:
-    """The fields a call sets on both dequantize kernels (the format, output dtype,
-    scale layout, tensor-scale mode and target), and what they make of them."""
+class _Units:
+    """What both dequantize kernels derive from the call's output dtype."""
 
-    fmt: str = "nvfp4"
-    out_dtype: str = "bfloat16"
-    sf_layout: str = "swizzled"
-    tensor_sf_mode: str = "value"
-    arch: str = "sm_90a"
-
-    op = "dequantize"  # the public operation it serves
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE[self.fmt]
+    out_dtype: str
 
     @property
     def unit(self) -> int:
@@ -93,7 +59,7 @@ class _CallFormat:
 
 
 @dataclass(frozen=True)
-class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, groups="consumer_warps"):
+class DequantizeConfig(CallFields, _Units, WarpSpecialized, producer=WARP, group=WARP, groups="consumer_warps"):
     """One TMA dequantization kernel.
 
     A tile is ``tile_m`` rows x ``tile_k`` elements, loaded by TMA as one box
@@ -109,8 +75,7 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
     min_ctas_per_sm: int = 2
     persistent: bool = True
 
-    def __post_init__(self) -> None:
-        _check_call_fields(self)
+    def check(self) -> None:
         check_int("tile_m", self.tile_m, 1, MAX_BOX_DIM)
         check_int("tile_k", self.tile_k, 32, 2 * MAX_BOX_DIM)
         require(
@@ -158,15 +123,12 @@ class DequantizeConfig(_CallFormat, WarpSpecialized, producer=WARP, group=WARP, 
             threads=self.threads,
             smem_bytes=smem.total,
             grid=TileGrid(self.tile_m, self.tile_k, self.persistent),
-            maps=(MapBox("q_map", 1, tuple(reversed(self.q_box)), l2_promotion=256),),
+            maps=(MapSpec("q_map", "q", 1, tuple(reversed(self.q_box)), l2_promotion=256),),
         )
-
-    def replace(self, **changes) -> "DequantizeConfig":
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class DequantizeSimtConfig(_CallFormat):
+class DequantizeSimtConfig(CallFields, _Units):
     """The dequantization kernel without TMA: a thread per 16-byte unit of output.
 
     ``vector=True``: one load of a unit's codes and one 16-byte store, which
@@ -177,8 +139,7 @@ class DequantizeSimtConfig(_CallFormat):
     threads: int = 256
     vector: bool = False
 
-    def __post_init__(self) -> None:
-        _check_call_fields(self)
+    def check(self) -> None:
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         check_bool("vector", self.vector)
 
@@ -191,6 +152,3 @@ class DequantizeSimtConfig(_CallFormat):
     def units_per_row(self, cols: int) -> int:
         """The units (16-byte stores) of one output row: the walk's divisor."""
         return cols // self.unit
-
-    def replace(self, **changes) -> "DequantizeSimtConfig":
-        return dataclasses.replace(self, **changes)

@@ -2,7 +2,7 @@
 (partial maxima of |x| per CTA) and the scale pass (one CTA turns them into
 ``min(2688 / amax, 2**100)``), and the single-pass NVFP4 quantizer that
 computes the scale and quantizes in one launch. Frozen and validated at
-construction; ``input_dtype``, ``vector_loads``, ``sf_layout`` and ``arch``
+construction; the call's fields (``call.CallFields``) and ``vector_loads``
 are set from each call."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from .archs import check_arch, target
-from .quantize import INPUT_DTYPES, SimtConfig
-from .rules import check_bool, check_choice
+from .archs import target
+from .call import CallFields
+from .quantize import SimtConfig
+from .rules import check_bool, check_choice, require
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 from .walk import UNIT_DIVISOR_PARAMS
 
@@ -21,23 +22,19 @@ BLOCK_SIZES = (128, 256, 512, 1024)
 AMAX_UNROLL = 4  # load units per thread per loop trip in the amax kernel
 AMAX_CTAS_PER_SM = 4  # partial maxima per SM at most: the scale pass reads them all
 
-AMAX_PARAMS = params(("x", "ptr"), ("row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("partial", "ptr"))
+AMAX_PARAMS = params(("x", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("partial", "ptr"))
 GLOBAL_SCALE_PARAMS = params(("partial", "ptr"), ("count", "i32"), ("scale", "ptr"))
 
 
 @dataclass(frozen=True)
-class AmaxConfig:
+class AmaxConfig(CallFields):
     """The amax pass. ``vector_loads`` reads 16 bytes at a time, which needs
     a 16-byte aligned base and a row stride of a multiple of 8 elements."""
 
     threads: int = 512
     vector_loads: bool = True
-    input_dtype: str = "bfloat16"
-    arch: str = "sm_90a"
 
-    def __post_init__(self) -> None:
-        check_arch(self.arch)
-        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+    def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
         check_bool("vector_loads", self.vector_loads)
 
@@ -48,24 +45,18 @@ class AmaxConfig:
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         flags = (("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads))
-        return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads),), flags, AMAX_PARAMS, self.threads,
+        return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads), self.prologue_constant), flags,
+                         AMAX_PARAMS, self.threads,
                          StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))
-
-    op = "global_scale"  # the public operation it serves
-
-    def replace(self, **changes) -> "AmaxConfig":
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class GlobalScaleConfig:
+class GlobalScaleConfig(CallFields):
     """The scale pass: one CTA of ``threads`` threads."""
 
     threads: int = 256
-    arch: str = "sm_90a"
 
-    def __post_init__(self) -> None:
-        check_arch(self.arch)
+    def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
 
     @functools.cached_property
@@ -73,22 +64,17 @@ class GlobalScaleConfig:
         return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),), (), GLOBAL_SCALE_PARAMS,
                          self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
 
-    op = "global_scale"  # the public operation it serves
-
-    def replace(self, **changes) -> "GlobalScaleConfig":
-        return dataclasses.replace(self, **changes)
-
 
 FUSED_DYNAMIC_PARAMS = (
-    *params(("x", "ptr"), ("x_row_stride", "i64"), ("q", "ptr"), ("sf", "ptr"), ("scale", "ptr"), ("rows", "i32"),
-            ("cols", "i32")),
+    *params(("x", "ptr"), ("x_row_stride", "i64"), ("out", "ptr"), ("sf_out", "ptr"), ("tensor_sf_out", "ptr"),
+            ("rows", "i32"), ("cols", "i32")),
     *UNIT_DIVISOR_PARAMS,
-    *params(("sync", "ptr")),
+    *params(("tickets", "ptr")),
 )
 
 
 @dataclass(frozen=True)
-class FusedDynamicConfig:
+class FusedDynamicConfig(CallFields):
     """NVFP4 with the dynamic tensor scale in one launch: the amax of x, a barrier of
     the whole grid, then the vector kernel's work (``vector``: the
     ``SimtConfig(vector=True)`` of 16 elements per thread whose rules the other
@@ -98,23 +84,25 @@ class FusedDynamicConfig:
     grid ``tuning.fused_dynamic_block`` picks."""
 
     threads: int = 128
-    sf_layout: str = "swizzled"
-    input_dtype: str = "bfloat16"
-    arch: str = "sm_90a"
     vector: SimtConfig = dataclasses.field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
+        require(self.fmt == "nvfp4" and self.tensor_sf_mode == "value",
+                f"the one-launch dynamic quantizer is NVFP4 with the scale it derives (fmt='nvfp4', "
+                f"tensor_sf_mode='value'), got fmt={self.fmt!r}, tensor_sf_mode={self.tensor_sf_mode!r}")
         object.__setattr__(self, "vector", SimtConfig(threads=self.threads, vector=True, vector_elements=16,
                                                       sf_layout=self.sf_layout, input_dtype=self.input_dtype,
-                                                      arch=self.arch))
+                                                      prologue=self.prologue, arch=self.arch))
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         # The vector kernel's constants and flags: its quantize step is that kernel's. Every thread of
-        # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be.
+        # an SM resident (registers permitting), so that the one-wave grid has as many threads as can be;
+        # half of them under a prologue, whose float32 sequence needs more registers than that leaves.
+        share = 1 if self.prologue == "none" else 2
         constants = self.vector.spec.constants + (
-            ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads),)
+            ("MIN_CTAS_PER_SM", target(self.arch).max_threads_per_sm // self.threads // share),)
         return simt_spec("quantize_fp4_dynamic", self.arch, constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
 
@@ -123,8 +111,3 @@ class FusedDynamicConfig:
 
     def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
         return self.vector.work_items(rows, cols, swizzled)
-
-    op = "quantize"  # the public operation it serves (quantize_nvfp4(x, 'dynamic'))
-
-    def replace(self, **changes) -> "FusedDynamicConfig":
-        return dataclasses.replace(self, **changes)

@@ -1,9 +1,10 @@
-"""Kernel configurations: frozen, validated descriptions of one kernel binary.
+"""Configs of the quantization kernels: frozen, validated descriptions of one kernel binary.
 
-A config holds every parameter that changes the generated source (tile and
-TMA box shapes, swizzle modes, pipeline depth, thread roles, feature flags,
-target architecture). Construction validates it, so code further down the
-pipeline (rendering, compiling, launching) trusts it.
+A config holds the tuning knobs that change the generated source (tile and
+TMA box shapes, swizzle modes, pipeline depth, thread roles, load widths) on
+top of the call's fields (``call.CallFields``: format, scale layout, tensor
+scale mode, input dtype, target). Construction validates it, so code further
+down the pipeline (rendering, compiling, launching) trusts it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import functools
 from dataclasses import dataclass
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
+from .call import CallFields
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
-from .spec import (MAX_BOX_DIM, KernelSpec, MapBox, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
+from .spec import (MAX_BOX_DIM, KernelSpec, MapSpec, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
                    simt_spec)
 from .walk import UNIT_DIVISOR_PARAMS
 
@@ -23,29 +25,21 @@ SF_BLOCK_ROWS = 128  # rows of one 128x4 scale block
 CHUNK_K = 64  # elements per 4-group chunk, the unit of one consumer step
 ALIGN_SLACK = 1024  # dynamic shared memory is only 16-byte aligned at entry
 
-SF_LAYOUTS = ("swizzled", "linear")
-MX_MODES = ("rceil", "floor")
-TENSOR_SF_MODES = ("value", "pointer")
-INPUT_DTYPES = ("bfloat16", "float16")
 SIMT_WAVES = 4  # grid-stride CTAs per SM slot for the SIMT kernels
 
 # The kernels' parameter lists, in the order of their extern "C" signatures.
 TMA_QUANTIZE_PARAMS = params(
-    ("in_map", "map"), ("q_map", "map"), ("sf_map", "map"), ("sf_linear", "ptr"), ("tensor_sf_value", "f32"),
+    ("x_map", "map"), ("out_map", "map"), ("sf_out_map", "map"), ("sf_out", "ptr"), ("tensor_sf_value", "f32"),
     ("tensor_sf_ptr", "ptr"), ("rows", "i32"), ("cols", "i32"), ("tickets", "ptr"),
 )
 # What the first loads need comes first: on the H200 the kernel then starts with one
 # constant-cache miss fewer (ncu, caches flushed, 256x2048: 4.06 -> 3.78 us).
 SIMT_QUANTIZE_PARAMS = (
-    *params(("x", "ptr"), ("q", "ptr"), ("sf", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32")),
+    *params(("x", "ptr"), ("out", "ptr"), ("sf_out", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"),
+            ("cols", "i32")),
     *UNIT_DIVISOR_PARAMS,
     *params(("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr")),
 )
-
-
-def quantize_op(sf_vec_size: int) -> str:
-    """The public operation a quantize kernel of this group size serves."""
-    return "quantize" if sf_vec_size == 16 else "mxfp4"
 
 
 def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
@@ -55,7 +49,7 @@ def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
         ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
         ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
-        ("FP4Q_MX_RCEIL", cfg.sf_vec_size == 32 and cfg.mx_mode == "rceil"),
+        ("FP4Q_MX_RCEIL", cfg.fmt == "mxfp4" and cfg.mx_mode == "rceil"),
     )
 
 
@@ -87,17 +81,16 @@ class SmemLayout:
 
 
 @dataclass(frozen=True)
-class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, groups="consumer_warpgroups"):
+class QuantizeConfig(CallFields, WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, groups="consumer_warpgroups"):
     """One TMA quantization kernel.
 
     The input tile is ``tile_m x tile_k`` bf16 elements, loaded as boxes of
     ``tile_m x input_box_k``; the packed output tile ``tile_m x tile_k/2``
     bytes is stored as boxes of ``tile_m x output_box_k`` bytes; the scale
     tile is the ``(tile_m/128, tile_k/(4*sf_vec_size))`` slice of 512-byte
-    blocks of the 128x4 layout. ``sf_vec_size`` 16 is NVFP4 (e4m3 scales and
-    a tensor scale), 32 is MXFP4 (e8m0 scales, rounded by ``mx_mode``).
-    ``sf_layout``, ``tensor_sf_mode``, ``input_dtype`` and ``arch`` are set
-    from each call by the API.
+    blocks of the 128x4 layout, ``sf_vec_size`` 16 for NVFP4 (e4m3 scales and
+    a tensor scale) and 32 for MXFP4 (e8m0 scales, rounded by ``mx_mode``).
+    The call's fields (``CallFields``) are set from each call by the API.
     """
 
     tile_m: int = 128
@@ -106,18 +99,12 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
     input_swizzle: Swizzle = Swizzle.B128
     output_box_k: int = 64
     output_swizzle: Swizzle = Swizzle.B64
-    sf_vec_size: int = 16
-    mx_mode: str = "rceil"
     num_stages: int = 4
     consumer_warpgroups: int = 2
     out_buffers: int = 2
     persistent: bool = True
     min_ctas_per_sm: int = 1
     setmaxnreg: bool = True
-    tensor_sf_mode: str = "value"
-    sf_layout: str = "swizzled"
-    input_dtype: str = "bfloat16"
-    arch: str = "sm_90a"
 
     def __post_init__(self) -> None:
         for name in ("input_swizzle", "output_swizzle"):
@@ -128,19 +115,13 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
                 raise ConfigError(
                     f"{name} must be one of {[s.value for s in Swizzle]} (bytes), got {value!r}"
                 ) from None
-        self._validate()
+        super().__post_init__()
 
-    def _validate(self) -> None:
-        check_arch(self.arch)
-        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
-        check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
-        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
-        check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
-        check_choice("mx_mode", self.mx_mode, MX_MODES)
-        if self.sf_vec_size == 32:
+    def check(self) -> None:
+        if self.fmt == "mxfp4":
             require(
                 self.tile_k % 128 == 0,
-                f"tile_k must be a multiple of 128 for sf_vec_size=32 (one 128x4 block of MXFP4 scales), "
+                f"tile_k must be a multiple of 128 for fmt='mxfp4' (one 128x4 block of MXFP4 scales), "
                 f"got {self.tile_k}",
             )
         check_choice("tile_m", self.tile_m, (128, 256))
@@ -169,7 +150,7 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
 
     @property
     def smem(self) -> SmemLayout:
-        stage = self.tile_m * self.tile_k * 2
+        stage = self.tile_m * self.tile_k * 2 * self.reads
         q_tile = self.tile_m * self.tile_k // 2
         sf_tile = self.tile_m * self.tile_k // self.sf_vec_size if self.sf_layout == "swizzled" else 0
         q = align_up(self.num_stages * stage, 1024)
@@ -198,6 +179,7 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
             ("NUM_OUT_BUFFERS", self.out_buffers), ("CONSUMER_THREADS", self.consumer_threads),
             ("MIN_CTAS_PER_SM", self.min_ctas_per_sm), ("SF_VEC", self.sf_vec_size), ("OFF_IN", smem.input),
             ("OFF_Q", smem.q), ("OFF_SF", smem.sf), ("OFF_BARRIERS", smem.barriers), ("OFF_TILES", smem.tiles),
+            self.prologue_constant,
         ]
         if self.setmaxnreg:
             producer_regs, consumer_regs = self.register_split
@@ -213,23 +195,16 @@ class QuantizeConfig(WarpSpecialized, producer=WARPGROUP, group=WARPGROUP, group
             smem_bytes=smem.total,
             grid=TileGrid(self.tile_m, self.tile_k, self.persistent),
             maps=(
-                MapBox("in_map", 2, (self.input_box_k, self.tile_m), self.input_swizzle, 256),
-                MapBox("q_map", 1, (self.output_box_k, self.tile_m), self.output_swizzle),
-                MapBox("sf_map", 1, tuple(reversed(self.scales_box))),
+                MapSpec("x_map", "x", 2, (self.input_box_k, self.tile_m), self.input_swizzle, 256),
+                MapSpec("out_map", "out", 1, (self.output_box_k, self.tile_m), self.output_swizzle),
+                MapSpec("sf_out_map", "sf_out", 1, tuple(reversed(self.scales_box)),
+                        geometry="sf_blocks" if self.sf_layout == "swizzled" else "unused"),
             ),
         )
 
-    @property
-    def op(self) -> str:
-        """The public operation this kernel serves (``python -m fp4q precompile --ops``)."""
-        return quantize_op(self.sf_vec_size)
-
-    def replace(self, **changes) -> "QuantizeConfig":
-        return dataclasses.replace(self, **changes)
-
 
 @dataclass(frozen=True)
-class SimtConfig:
+class SimtConfig(CallFields):
     """The kernels without TMA or shared memory.
 
     ``vector=True``: ``vector_elements`` (16, the default, 8 or 32) elements
@@ -245,20 +220,8 @@ class SimtConfig:
     threads: int = 256
     vector: bool = False
     vector_elements: int | None = None  # None: 16 for the vector kernel, 8 otherwise
-    sf_vec_size: int = 16
-    mx_mode: str = "rceil"
-    tensor_sf_mode: str = "value"
-    sf_layout: str = "swizzled"
-    input_dtype: str = "bfloat16"
-    arch: str = "sm_90a"
 
-    def __post_init__(self) -> None:
-        check_arch(self.arch)
-        check_choice("sf_vec_size", self.sf_vec_size, (16, 32))
-        check_choice("mx_mode", self.mx_mode, MX_MODES)
-        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
-        check_choice("tensor_sf_mode", self.tensor_sf_mode, TENSOR_SF_MODES)
-        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+    def check(self) -> None:
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         check_bool("vector", self.vector)
         if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs
@@ -272,7 +235,8 @@ class SimtConfig:
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
-        constants: tuple[tuple[str, int], ...] = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size))
+        constants: tuple[tuple[str, int], ...] = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size),
+                                                  self.prologue_constant)
         if self.vector:
             constants += (("VEC_ELEMS", self.elements_per_unit),)
         return simt_spec(f"quantize_fp4_{'vector' if self.vector else 'simt'}", self.arch, constants,
@@ -302,13 +266,6 @@ class SimtConfig:
         padding_words = _domain_groups(cols // self.sf_vec_size, swizzled) // 4 * SF_BLOCK_ROWS
         return max(rows * per_row, padding_words if padded_rows > rows else 0)
 
-    @property
-    def op(self) -> str:
-        return quantize_op(self.sf_vec_size)
-
-    def replace(self, **changes) -> "SimtConfig":
-        return dataclasses.replace(self, **changes)
-
 
 def _domain_groups(groups: int, swizzled: bool) -> int:
     """The groups per row of the scale domain: padded to a multiple of 4 when swizzled."""
@@ -320,7 +277,7 @@ def default_config(arch: str = "sm_90a") -> QuantizeConfig:
 
     128x64 tiles, two stages, one consumer warpgroup and three CTAs per SM
     was the best or within 2% of the best for every shape class of the
-    H200 sweep (docs/sweep_h200.csv): many small CTAs hide latency better
+    H200 sweep (docs/data/sweep_h200.csv): many small CTAs hide latency better
     than a few deep pipelines. Where three do not fit one SM (sm_120f's
     100 KB of shared memory) it runs as many as fit.
     """
@@ -341,27 +298,6 @@ def default_mx_config(arch: str = "sm_90a") -> QuantizeConfig:
     CTAs per SM, the NVFP4 sweep's all-round shape scaled to the MXFP4 block
     (one CTA where two do not fit, as on sm_120f)."""
     check_arch(arch)
-    return _most_ctas(QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=1,
+    return _most_ctas(QuantizeConfig(fmt="mxfp4", num_stages=2, consumer_warpgroups=1, min_ctas_per_sm=1,
                                      arch=arch), 2)
 
-
-NUMERICS_PROBE_PARAMS = params(
-    ("v", "ptr"), ("codes", "ptr"), ("amax", "ptr"), ("sf", "ptr"), ("inv", "ptr"), ("tensor_sf", "f32"),
-    ("pairs", "i32"),
-)
-
-
-def numerics_probe_spec(arch: str) -> KernelSpec[StrideGrid]:
-    """A test kernel that applies the numerics header to raw floats, for bit-exact tests."""
-    check_arch(arch)
-    return KernelSpec(
-        name="fp4q_numerics_probe",
-        template="kernels/numerics_probe.cu",
-        arch=arch,
-        constants=(),
-        flags=(("FP4Q_INPUT_FP16", False),),
-        params=NUMERICS_PROBE_PARAMS,
-        threads=256,
-        smem_bytes=0,
-        grid=StrideGrid(256),
-    )

@@ -3,6 +3,8 @@ message names the field, the value and the rule."""
 
 from __future__ import annotations
 
+from ..numerics.groups import require_choice
+
 
 class ConfigError(ValueError):
     """A config field breaks a rule; the message names field, value and rule."""
@@ -18,9 +20,8 @@ def require(cond: bool, message: str) -> None:
 
 
 def check_choice(field: str, value, choices) -> None:
-    # Exact types: 128.0 == 128 would otherwise pass and change the rendered source.
-    ok = any(type(value) is type(c) and value == c for c in choices)
-    require(ok, f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    """``numerics.groups.require_choice``, raising ``ConfigError``."""
+    require_choice(value, field, choices, ConfigError)
 
 
 def check_int(field: str, value, lo: int, hi: int) -> None:

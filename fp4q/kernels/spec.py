@@ -92,15 +92,46 @@ class StrideGrid:
 
 
 @dataclass(frozen=True)
-class MapBox:
-    """The config's half of a tensor-map parameter: box (innermost first), element
-    size, swizzle and L2 promotion. The call supplies address, dims and strides."""
+class Extent:
+    """What a call knows of an array a tensor map covers: ``rows`` rows of ``width``
+    elements, ``row_bytes`` apart (for scales: ``width`` is the groups per row)."""
+
+    rows: int
+    width: int
+    row_bytes: int
+
+
+# How a map's dims and strides (innermost first, strides in bytes) follow from its array's extent.
+MAP_GEOMETRIES = ("rows", "sf_blocks", "unused")
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """A tensor-map parameter, whole: the array it maps (``operand``, by the call's name
+    for it), element size, box (innermost first), swizzle, L2 promotion, and its
+    geometry: ``"rows"`` (a row-major matrix: dims (width, rows), stride row_bytes),
+    ``"sf_blocks"`` (the 128x4 scale layout as 512-byte blocks: dims (16, 32, k_blocks,
+    m_blocks)), or ``"unused"`` (the kernel's flags leave the map unread: the launch
+    passes the first map again)."""
 
     param: str
+    operand: str
     element_bytes: int
     box: tuple[int, ...]
     swizzle: Swizzle = Swizzle.NONE
     l2_promotion: int = 0
+    geometry: str = "rows"
+
+    def __post_init__(self) -> None:
+        if self.geometry not in MAP_GEOMETRIES:
+            raise ValueError(f"MapSpec geometry must be one of {MAP_GEOMETRIES}, got {self.geometry!r}")
+
+    def dims_strides(self, extent: Extent) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The map's dims and byte strides over an array of this extent."""
+        if self.geometry == "sf_blocks":
+            k_blocks, m_blocks = -(-extent.width // 4), -(-extent.rows // 128)
+            return (16, 32, k_blocks, m_blocks), (16, 512, 512 * k_blocks)
+        return (extent.width, extent.rows), (extent.row_bytes,)
 
 
 class WarpSpecialized:
@@ -156,7 +187,7 @@ class KernelSpec(Generic[GridT]):
     threads: int
     smem_bytes: int
     grid: GridT
-    maps: tuple[MapBox, ...] = ()
+    maps: tuple[MapSpec, ...] = ()
 
 
 class KernelConfig(Protocol):

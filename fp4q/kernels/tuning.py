@@ -1,5 +1,5 @@
 """Which config to run for a shape: the measured table for the GPU's arch
-(written by ``scripts/sweep.py --write-tuned``; only sm_90a has one), else a
+(written by ``scripts/sweep/sweep.py --write-tuned``; only sm_90a has one), else a
 heuristic. Targets without TMA (sm_80) always run the vector SIMT kernel."""
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ def table_path(arch: str) -> pathlib.Path:
 # table gives no crossover of its own for the format. On the H200, with 16
 # elements per thread, the vector kernel beat the default TMA config at every
 # measured shape up to 1024x4096 and lost from 2048x7168 on
-# (docs/performance.md, "Serving sizes"). The sm_90a table records each
+# (docs/performance.md at f3e56c9, "Serving sizes"). The sm_90a table records each
 # format's own crossover since the vector kernels became faster.
 VECTOR_MAX_ELEMENTS = 1 << 23
 VECTOR_THREADS = 128
 
-# Elements per thread of the vector kernel. On the H200 (docs/performance.md,
+# Elements per thread of the vector kernel. On the H200 (docs/performance.md at f3e56c9,
 # "Units of 8, 16 and 32 elements"), time / copy: NVFP4 with 8 elements (two
 # threads per group, each with half the dependent chain) at 1x4096 1.132
 # against 1.144 with 16, at 16x4096 1.106 against 1.136, and worse from
@@ -60,9 +60,9 @@ VECTOR_X8_MAX_ELEMENTS = 1 << 16
 MX_VECTOR_X32_MIN_ELEMENTS = 1 << 22
 
 
-def vector_elements(m: int, k: int, sf_vec_size: int) -> int:
+def vector_elements(m: int, k: int, fmt: str) -> int:
     """The vector kernel's elements per thread for an ``m x k`` input of this format."""
-    if sf_vec_size == 32:
+    if fmt == "mxfp4":
         return 32 if m * k >= MX_VECTOR_X32_MIN_ELEMENTS else 16
     return 8 if m * k <= VECTOR_X8_MAX_ELEMENTS else 16
 
@@ -73,7 +73,7 @@ def vector_elements(m: int, k: int, sf_vec_size: int) -> int:
 # followed by the quantize kernel above. On the H200, with the block sizes
 # below, the one launch took 1.58-1.94x of the static quantize's copy from
 # 1x4096 to 4096x4096 against 1.99-2.25x for the two passes
-# (docs/performance.md, "The one-launch dynamic quantizer"); larger inputs
+# (docs/performance.md at f3e56c9, "The one-launch dynamic quantizer"); larger inputs
 # were not measured in one launch.
 FUSED_DYNAMIC_MAX_ELEMENTS = 1 << 24
 
@@ -143,21 +143,21 @@ def tuned_table(arch: str) -> dict[str, QuantizeConfig]:
     return table
 
 
-def vector_max_elements(arch: str, sf_vec_size: int = 16) -> int:
+def vector_max_elements(arch: str, fmt: str = "nvfp4") -> int:
     """Below this many elements the vector kernel is chosen: the table's measured crossover
     for the format (``vector_max_elements`` for NVFP4, ``mx_vector_max_elements`` for
     MXFP4), else VECTOR_MAX_ELEMENTS."""
-    value = _table_json(arch).get("vector_max_elements" if sf_vec_size == 16 else "mx_vector_max_elements")
+    value = _table_json(arch).get("vector_max_elements" if fmt == "nvfp4" else "mx_vector_max_elements")
     return value if isinstance(value, int) and value > 0 else VECTOR_MAX_ELEMENTS
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_config(m: int, k: int, arch: str, sf_vec_size: int = 16) -> QuantizeConfig | SimtConfig:
+def choose_config(m: int, k: int, arch: str, fmt: str = "nvfp4") -> QuantizeConfig | SimtConfig:
     """The config for an ``m x k`` input: the vector kernel for small inputs, else the
     tuned (NVFP4) or default TMA config; the vector kernel for every input where ``arch`` has no TMA."""
-    if m * k < vector_max_elements(arch, sf_vec_size) or not target(arch).features.tma:
-        return SimtConfig(threads=VECTOR_THREADS, vector=True, vector_elements=vector_elements(m, k, sf_vec_size),
-                          sf_vec_size=sf_vec_size, arch=arch)
-    if sf_vec_size == 32:
+    if m * k < vector_max_elements(arch, fmt) or not target(arch).features.tma:
+        return SimtConfig(threads=VECTOR_THREADS, vector=True, vector_elements=vector_elements(m, k, fmt), fmt=fmt,
+                          arch=arch)
+    if fmt == "mxfp4":
         return default_mx_config(arch)
     return tuned_table(arch).get(shape_class(m, k)) or default_config(arch)

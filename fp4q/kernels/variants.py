@@ -11,12 +11,15 @@ dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
 
 from __future__ import annotations
 
+from ..numerics.formats import FORMATS, MX_MODES
+from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .quantize import (INPUT_DTYPES, MX_MODES, QuantizeConfig, SF_LAYOUTS, SimtConfig, default_config,
-                       default_mx_config)
+from .call import INPUT_DTYPES, PROLOGUES, SF_LAYOUTS, TENSOR_SF_MODES
+from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .spec import Swizzle
-from .dequantize import FORMATS, OUT_DTYPES, DequantizeConfig, DequantizeSimtConfig, tensor_sf_modes
+from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
+from .rules import ConfigError
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
 S = Swizzle
@@ -53,24 +56,24 @@ SHIPPED: dict[str, QuantizeConfig] = {
 
 # MXFP4 (groups of 32, e8m0 scales): tile_k covers whole 128x4 scale blocks.
 SHIPPED_MX: dict[str, QuantizeConfig] = {
-    "mx_m128_k128_s2_wg1_2cta": QuantizeConfig(sf_vec_size=32, num_stages=2, consumer_warpgroups=1,
+    "mx_m128_k128_s2_wg1_2cta": QuantizeConfig(fmt="mxfp4", num_stages=2, consumer_warpgroups=1,
                                                min_ctas_per_sm=2),
-    "mx_m128_k128_s4_wg2": QuantizeConfig(sf_vec_size=32),
-    "mx_m128_k128_s4_wg2_floor": QuantizeConfig(sf_vec_size=32, mx_mode="floor"),
+    "mx_m128_k128_s4_wg2": QuantizeConfig(fmt="mxfp4"),
+    "mx_m128_k128_s4_wg2_floor": QuantizeConfig(fmt="mxfp4", mx_mode="floor"),
 }
 
 SIMT: dict[str, SimtConfig] = {
     "simt_256": SimtConfig(),
-    "mx_simt_256": SimtConfig(sf_vec_size=32),
-    "mx_simt_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor"),
+    "mx_simt_256": SimtConfig(fmt="mxfp4"),
+    "mx_simt_256_floor": SimtConfig(fmt="mxfp4", mx_mode="floor"),
     "vec_128": SimtConfig(threads=128, vector=True),
     "vec_256": SimtConfig(vector=True),
     "vec_128_x8": SimtConfig(threads=128, vector=True, vector_elements=8),
     "vec_128_x32": SimtConfig(threads=128, vector=True, vector_elements=32),
-    "mx_vec_128": SimtConfig(threads=128, sf_vec_size=32, vector=True),
-    "mx_vec_256": SimtConfig(sf_vec_size=32, vector=True),
-    "mx_vec_128_x32": SimtConfig(threads=128, sf_vec_size=32, vector=True, vector_elements=32),
-    "mx_vec_256_floor": SimtConfig(sf_vec_size=32, mx_mode="floor", vector=True),
+    "mx_vec_128": SimtConfig(threads=128, fmt="mxfp4", vector=True),
+    "mx_vec_256": SimtConfig(fmt="mxfp4", vector=True),
+    "mx_vec_128_x32": SimtConfig(threads=128, fmt="mxfp4", vector=True, vector_elements=32),
+    "mx_vec_256_floor": SimtConfig(fmt="mxfp4", mx_mode="floor", vector=True),
 }
 
 
@@ -89,28 +92,31 @@ DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
 # The global scale's two passes (the amax pass per input dtype and load width), and the
 # single-pass dynamic quantizer per block size, scale layout and input dtype.
 GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
-    "amax_512": AmaxConfig(),
-    "amax_512_fp16": AmaxConfig(input_dtype="float16"),
-    "amax_512_scalar": AmaxConfig(vector_loads=False),
-    "amax_512_scalar_fp16": AmaxConfig(vector_loads=False, input_dtype="float16"),
+    **{f"amax_512{'_scalar' if not vector else ''}{'_fp16' if dtype == 'float16' else ''}"
+       f"{'' if prologue == 'none' else '_' + prologue}":
+       AmaxConfig(vector_loads=vector, input_dtype=dtype, prologue=prologue)
+       for prologue in PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
     "global_scale_256": GlobalScaleConfig(),
-    **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}":
-       FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype)
-       for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS for dtype in INPUT_DTYPES},
+    **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}{'' if prologue == 'none' else '_' + prologue}":
+       FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype, prologue=prologue)
+       for prologue in PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
+       for dtype in INPUT_DTYPES},
 }
 
 
 MIN_FITTED_STAGES = 2  # fewer would leave the TMA load of one tile no other to overlap with
 
 
-def fitted(cfg, arch: str):
-    """``cfg`` for ``arch``: as it is where it fits, else with fewer CTAs per SM, then fewer
-    stages (down to two), until it fits; None where nothing does."""
+def fitted(cfg, arch: str, **changes):
+    """``cfg`` for ``arch`` with ``changes`` (call fields, such as a prologue whose stages hold
+    more): as it is where that fits, else with fewer CTAs per SM, then fewer stages (down to
+    two), until it fits; None where nothing does."""
     for stages in range(cfg.num_stages, min(cfg.num_stages, MIN_FITTED_STAGES) - 1, -1):
         for ctas in range(cfg.min_ctas_per_sm, 0, -1):
-            candidate = cfg.replace(num_stages=stages, min_ctas_per_sm=ctas)
-            if fits(candidate, arch):
-                return candidate.replace(arch=arch)
+            try:
+                return cfg.replace(num_stages=stages, min_ctas_per_sm=ctas, **{**changes, "arch": arch})
+            except ConfigError:  # this candidate does not fit the target: try a smaller one
+                continue
     return None
 
 
@@ -141,7 +147,7 @@ def dequantize_variants(arch: str) -> dict[str, DequantizeConfig | DequantizeSim
         for fmt in FORMATS:
             for dtype in OUT_DTYPES:
                 for layout in SF_LAYOUTS:
-                    for mode in tensor_sf_modes(fmt):
+                    for mode in TENSOR_SF_MODES[fmt]:
                         out[f"{name}/{fmt}/{dtype}/{layout}/{mode}"] = cfg.replace(
                             arch=arch, fmt=fmt, out_dtype=dtype, sf_layout=layout, tensor_sf_mode=mode)
     return out
@@ -162,12 +168,19 @@ def default_variants(arch: str) -> dict[str, QuantizeConfig]:
 
 
 def _call_variants(name: str, cfg) -> dict:
-    """``cfg`` in every input dtype and, for MXFP4, both rounding modes: what calls choose it with."""
+    """``cfg`` in every input dtype, for MXFP4 both rounding modes, and under every prologue (a TMA
+    config fitted to the prologue's larger stages): what calls choose it with."""
     out = {}
-    for dtype in INPUT_DTYPES:
-        for mode in MX_MODES if cfg.sf_vec_size == 32 else (cfg.mx_mode,):
-            suffix = ("" if dtype == cfg.input_dtype else "_fp16") + ("" if mode == cfg.mx_mode else f"_{mode}")
-            out[name + suffix] = cfg.replace(input_dtype=dtype, mx_mode=mode)
+    for prologue in PROLOGUES:
+        for dtype in INPUT_DTYPES:
+            for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
+                changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
+                variant = fitted(cfg, cfg.arch, **changes) if isinstance(cfg, QuantizeConfig) else cfg.replace(**changes)
+                if variant is None:
+                    continue
+                suffix = (("" if prologue == "none" else f"_{prologue}") + ("" if dtype == cfg.input_dtype else "_fp16")
+                          + ("" if mode == cfg.mx_mode else f"_{mode}"))
+                out[name + suffix] = variant
     return out
 
 
@@ -190,11 +203,24 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
             bases[name] = cfg
     out = {}
     for name, cfg in bases.items():
-        # MXFP4 has no tensor scale: only the by-value variant exists.
-        modes = ("value", "pointer") if cfg.sf_vec_size == 16 else ("value",)
-        for layout in ("swizzled", "linear"):
-            for mode in modes:
+        for layout in SF_LAYOUTS:
+            for mode in TENSOR_SF_MODES[cfg.fmt]:
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
     return out
+
+
+# The public operations, each by the one name its function has.
+OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+
+
+def op_of(cfg) -> str:
+    """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
+    dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
+    those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
+    if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
+        return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
+    family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
+    return f"{family}_{cfg.fmt}" if cfg.prologue == "none" else f"{cfg.prologue_op}_{family}_{cfg.fmt}"

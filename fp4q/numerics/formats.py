@@ -15,6 +15,7 @@ import numpy as np
 # The formats by their one name, and the elements each scale covers.
 GROUP_SIZE = {"nvfp4": 16, "mxfp4": 32}
 FORMATS = tuple(GROUP_SIZE)
+MX_MODES = ("rceil", "floor")  # how e8m0_exponent rounds (spec "MXFP4")
 
 R6 = np.array(0x3E2AAAAB, dtype=np.uint32).view(np.float32)[()]  # float32(1/6)
 E4M3_MAX = np.float32(448)

@@ -28,11 +28,14 @@ def require_codes_array(a, name: str) -> None:
         raise ValueError(f"{name} must have rank >= 1, got shape {a.shape}")
 
 
-def require_choice(value, name: str, choices) -> None:
-    if not isinstance(value, str) or value not in choices:
+def require_choice(value, name: str, choices, error: type[Exception] = ValueError) -> None:
+    """``value`` is one of ``choices``, of the same type too (128.0 == 128 would otherwise
+    pass, and a config field's value is written into the kernel's source); else ``error``
+    naming the argument, the value and the choices."""
+    if not any(type(value) is type(c) and value == c for c in choices):
         names = [repr(c) for c in choices]
-        allowed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        allowed = " or ".join(names) if len(names) <= 2 else f"one of {', '.join(names)}"
+        raise error(f"{name} must be {allowed}, got {value!r}")
 
 
 def row_groups(shape, k: int, group: int, what: str) -> tuple[tuple, int, int]:

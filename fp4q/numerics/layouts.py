@@ -85,12 +85,16 @@ def _require_uint8(a, name):
         raise TypeError(f"{name} must have dtype uint8 (e4m3/e8m0 scale bytes), got {a.dtype}")
 
 
+def tiles_shape(m, groups) -> tuple:
+    """``(ceil(m/128), ceil(groups/4), 32, 4, 4)``, unchecked: sizes may be symbolic (torch's
+    fake tensors trace through it)."""
+    return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+
+
 def block_shape(m: int, groups: int) -> tuple:
     """Shape ``(ceil(m/128), ceil(groups/4), 32, 4, 4)`` of the swizzled scales of ``groups``
     scales per row."""
-    m = _count(m, "m")
-    groups = _count(groups, "groups")
-    return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+    return tiles_shape(_count(m, "m"), _count(groups, "groups"))
 
 
 def _groups(k, fmt: str) -> int:
@@ -137,6 +141,16 @@ def swizzled_sf_offset(m, j, groups):
     )
 
 
+def _linear_scales(linear) -> tuple:
+    """``(xp, M, G)`` of linear uint8 scales of shape ``(..., G)`` (the leading dimensions
+    flatten to ``M`` rows), after their rules."""
+    xp = _array_module(linear, "linear")
+    _require_uint8(linear, "linear")
+    if linear.ndim < 1:
+        raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
+    return xp, math.prod(linear.shape[:-1]), linear.shape[-1]
+
+
 def swizzle_sf(linear):
     """Linear uint8 scales of shape ``(..., G)`` to the swizzled layout.
 
@@ -144,12 +158,7 @@ def swizzle_sf(linear):
     contiguous uint8 array of shape ``block_shape(M, G)`` on the input's
     device, padding bytes 0x00.
     """
-    xp = _array_module(linear, "linear")
-    _require_uint8(linear, "linear")
-    if linear.ndim < 1:
-        raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
-    groups = linear.shape[-1]
-    m = math.prod(linear.shape[:-1])
+    xp, m, groups = _linear_scales(linear)
     row_tiles, group_tiles = block_shape(m, groups)[:2]
     padded = xp.zeros((row_tiles * ROWS_PER_TILE, group_tiles * GROUPS_PER_TILE), dtype=xp.uint8)
     padded[:m, :groups] = linear.reshape(m, groups)
@@ -206,12 +215,7 @@ def sf_8x4_offset(m, j, groups):
 def swizzle_sf_8x4(linear):
     """Linear uint8 scales of shape ``(..., G)`` to the 8x4 layout: a new contiguous uint8
     array of shape ``block_shape_8x4(M, G)`` on the input's device, padding bytes 0x00."""
-    xp = _array_module(linear, "linear")
-    _require_uint8(linear, "linear")
-    if linear.ndim < 1:
-        raise ValueError(f"linear must have rank >= 1 (shape (..., G)), got shape {linear.shape}")
-    groups = linear.shape[-1]
-    m = math.prod(linear.shape[:-1])
+    xp, m, groups = _linear_scales(linear)
     row_tiles, group_tiles = block_shape_8x4(m, groups)[:2]
     padded = xp.zeros((row_tiles * ROWS_PER_TILE_8X4, group_tiles * GROUPS_PER_TILE), dtype=xp.uint8)
     padded[:m, :groups] = linear.reshape(m, groups)

@@ -23,7 +23,7 @@ import numbers
 
 import numpy as np
 
-from .formats import E8M0_BIAS, GROUP_SIZE, e2m1_encode, e8m0_exponent, input_float32, pack_nibbles
+from .formats import E8M0_BIAS, GROUP_SIZE, MX_MODES, e2m1_encode, e8m0_exponent, input_float32, pack_nibbles
 from .groups import (
     SF_LAYOUTS,
     global_scale_of_amax,
@@ -47,7 +47,6 @@ __all__ = [
 
 NVFP4_GROUP = GROUP_SIZE["nvfp4"]
 MXFP4_GROUP = GROUP_SIZE["mxfp4"]
-MX_MODES = ("rceil", "floor")
 DYNAMIC_MODES = ("dynamic", "dynamic_per_row")
 TENSOR_SF_RULE = ("a Python float or a numpy float32 scalar, a float32 array of one value per row "
                   "(shape (M,) or x.shape[:-1]), 'dynamic' or 'dynamic_per_row'")

@@ -1,39 +1,30 @@
-"""The boundary rules of every op, written once.
-
-What users pass (CuPy arrays, torch tensors, DLPack / CUDA-array-interface
-objects, Python or device scalars, streams) becomes an operand (object,
-pointer, shape, dtype, device) without copying; row-major
-inputs (bf16 values or packed codes) become a ``RowsView``; outputs are
-checked (dtype, shape, device, contiguity, aliasing) or allocated. Each
-error names the argument, the value and the rule. The first call of a kind
-and every later call run the same functions; a stored plan only skips the
-rules its key already fixes.
-"""
+"""Arrays as the kernels see them: what users pass (CuPy arrays, torch tensors,
+DLPack / CUDA-array-interface objects) becomes an operand (object, pointer,
+shape, dtype, device) without copying. The rules on operands are in
+``checks``."""
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..cuda.driver import require_gpu
+
 TENSOR_SF_MIN = 2.0**-126
 TENSOR_SF_MAX = 2.0**100
-MAX_ROWS = 2**31 - 1  # the kernels index rows with 32-bit integers
-MAX_K = 2**31 - 1  # and the elements of a row (a launch passes K as a 32-bit integer)
 
 # Element dtypes each argument may hold, by the name numpy / CuPy / torch give them.
 BF16_DTYPES = ("uint16", "bfloat16")  # uint16: bf16 bits
 INPUT_DTYPES = {"uint16": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}
 Q_DTYPES = ("uint8", "float4_e2m1fn_x2")
-SF_DTYPES = {16: ("uint8", "float8_e4m3fn"), 32: ("uint8", "float8_e8m0fnu")}
+SF_DTYPES = {"nvfp4": ("uint8", "float8_e4m3fn"), "mxfp4": ("uint8", "float8_e8m0fnu")}
 VALUE_DTYPES = {"bfloat16": BF16_DTYPES, "float32": ("float32",)}
-_ITEMSIZE = {"uint8": 1, "float4_e2m1fn_x2": 1, "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "uint16": 2,
+ITEMSIZE = {"uint8": 1, "float4_e2m1fn_x2": 1, "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "uint16": 2,
              "bfloat16": 2, "float16": 2, "int16": 2, "float32": 4, "int32": 4, "uint32": 4, "float64": 8,
              "int64": 8, "uint64": 8}
 # dtype -> itemsize - 1, for the dtypes whose elements span more than one byte.
-_ALIGN_MASK = {dtype: size - 1 for dtype, size in _ITEMSIZE.items() if size > 1}
+ALIGN_MASK = {dtype: size - 1 for dtype, size in ITEMSIZE.items() if size > 1}
 
 _cupy_module = None
 
@@ -63,23 +54,6 @@ Operand = tuple
 OBJ, PTR, SHAPE, DTYPE, DEVICE, IS_TORCH = range(6)
 
 
-def byte_strides(a: Operand) -> tuple:
-    """The strides of operand ``a`` in bytes; read only where a rule needs them
-    (outputs need only their shape)."""
-    obj, is_torch = a[OBJ], a[IS_TORCH]
-    if is_torch:
-        size = obj.element_size()
-        return tuple(s * size for s in obj.stride())
-    return obj.strides
-
-
-def stride_key(obj, is_torch: bool) -> tuple:
-    """The strides of an operand's ``obj`` as its library keeps them (torch: elements,
-    CuPy: bytes): cheaper than ``byte_strides``, and exact in a plan key beside the
-    dtype and ``is_torch``."""
-    return obj.stride() if is_torch else obj.strides
-
-
 def as_operand(x, name: str) -> Operand:
     """``x`` as an operand: a CuPy array or a torch CUDA tensor directly, anything
     else through DLPack or the CUDA array interface (as a zero-copy CuPy array)."""
@@ -91,6 +65,8 @@ def as_operand(x, name: str) -> Operand:
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
         return torch_operand(x, name)
+    # Without a usable GPU no array can be a CUDA array: say that first.
+    require_gpu()
     if isinstance(x, np.ndarray) or np.isscalar(x):
         raise TypeError(f"{name} must be a CUDA array (CuPy, torch, or any __dlpack__/__cuda_array_interface__ "
                         f"object), got a host {type(x).__name__}")
@@ -130,6 +106,7 @@ def torch_operand(x, name: str, ptr: int | None = None) -> Operand:
     """A torch tensor as an operand; ``ptr`` stands in for the address of a tensor
     without memory (torch's fake tensors, whose rules and shapes fp4q.torch derives)."""
     if not x.is_cuda:
+        require_gpu()
         raise TypeError(f"{name} must be a CUDA array, got a torch Tensor on {x.device}")
     dtype = _TORCH_DTYPE_NAMES.get(x.dtype)
     if dtype is None:
@@ -147,79 +124,6 @@ def _has(x, attr: str) -> bool:
         return hasattr(x, attr)
     except Exception:  # noqa: BLE001
         return True
-
-
-@dataclass(frozen=True)
-class RowsView:
-    """A row-major input as rows of ``width`` elements: the leading dimensions
-    flattened with one stride, the last one contiguous. ``row_stride`` and
-    ``itemsize`` are in elements and bytes."""
-
-    lead_shape: tuple[int, ...]
-    rows: int
-    width: int
-    row_stride: int
-    itemsize: int
-    dtype: str
-    device: int
-
-    @property
-    def empty(self) -> bool:
-        return self.rows == 0 or self.width == 0
-
-    def span(self, ptr: int) -> tuple[int, int]:
-        """[start, end) bytes the rows at ``ptr`` may touch."""
-        if self.empty:
-            return (ptr, ptr)
-        return (ptr, ptr + self.itemsize * ((self.rows - 1) * self.row_stride + self.width))
-
-
-def rows_view(a: Operand, name: str, dtypes, what: str, k_per_element: int, group: int, rule: str) -> RowsView:
-    """The rules of every row-major input, in the order of their messages: dtype,
-    ``K = k_per_element * shape[-1]`` a multiple of ``group`` (``rule`` says for
-    what), the row count, the last dimension contiguous, rows not overlapping,
-    the leading dimensions flattening with one stride. A 1-D input is one row."""
-    _, _, shape, dtype, device, _ = a
-    if dtype not in dtypes:
-        raise TypeError(f"{name} must hold {what}, got dtype {dtype}")
-    shape, strides = tuple(shape), tuple(byte_strides(a))
-    if not shape:
-        raise ValueError(f"{name} must have at least 1 dimension (..., K), got shape ()")
-    itemsize = _ITEMSIZE[dtype]
-    width = shape[-1]
-    k = k_per_element * width
-    k_is = f"K ({'the last dimension' if k_per_element == 1 else '2 * the last dimension'} of {name})"
-    if k % group:
-        raise ValueError(f"{k_is} must be a multiple of {group}{rule}, got {k}")
-    if k > MAX_K:
-        raise ValueError(f"{k_is} must be at most {MAX_K}, got {k}")
-    rows = math.prod(shape[:-1])
-    if rows > MAX_ROWS:
-        raise ValueError(f"{name} has {rows} rows; at most {MAX_ROWS} are supported")
-    if rows == 0 or width == 0:
-        # Nothing is read, so strides do not matter (CuPy reports 0 for empty arrays).
-        return RowsView(shape[:-1], rows, width, width, itemsize, dtype, device)
-    if width > 1 and strides[-1] != itemsize:
-        raise ValueError(f"the last dimension of {name} must be contiguous (stride {itemsize} bytes), "
-                         f"got stride {strides[-1]}")
-    if len(shape) == 1 or shape[-2] == 1:
-        return _flattened(name, shape, strides, width, itemsize, dtype, device)
-    if strides[-2] % itemsize or strides[-2] < width * itemsize:
-        raise ValueError(f"the rows of {name} must not overlap: row stride {strides[-2]} bytes for rows of "
-                         f"{width * itemsize} bytes")
-    return _flattened(name, shape, strides, strides[-2] // itemsize, itemsize, dtype, device)
-
-
-def _flattened(name, shape, strides, row_stride: int, itemsize: int, dtype: str, device: int) -> RowsView:
-    expected = row_stride * itemsize * (shape[-2] if len(shape) > 1 else 1)
-    for dim in range(len(shape) - 3, -1, -1):
-        if shape[dim] > 1 and strides[dim] != expected:
-            raise ValueError(
-                f"the leading dimensions of {name} must flatten to rows with one stride; "
-                f"dimension {dim} has stride {strides[dim]} bytes, expected {expected}"
-            )
-        expected *= shape[dim]
-    return RowsView(shape[:-1], math.prod(shape[:-1]), shape[-1], row_stride, itemsize, dtype, device)
 
 
 def tensor_scale(tensor_sf, device: int) -> tuple[str, float, int]:
@@ -272,67 +176,3 @@ def device_scale(a: Operand, device: int) -> tuple[str, float, int]:
 
 
 NO_TENSOR_SCALE = ("value", 0.0, 0)  # the formats without a tensor scale
-
-
-def sf_shape(lead_shape: tuple[int, ...], rows: int, groups: int, sf_layout: str) -> tuple[int, ...]:
-    if sf_layout == "swizzled":
-        return (-(-rows // 128), -(-groups // 4), 32, 4, 4)
-    return tuple(lead_shape) + (groups,)
-
-
-def check_element_aligned(ptr: int, dtype: str, name: str) -> None:
-    """A buffer's base must be a multiple of its element size: the kernels load and
-    store whole elements (CuPy builds an array at any address it is given)."""
-    mask = _ALIGN_MASK.get(dtype)
-    if mask and ptr & mask:
-        raise ValueError(f"{name}'s base address {ptr:#x} is not a multiple of its element size ({mask + 1} bytes)")
-
-
-def check_operand(a: Operand, name: str, shape: tuple, dtypes, device: int, nbytes: int | None = None,
-                  others=()) -> tuple[object, int]:
-    """``(obj, ptr)`` of buffer operand ``a`` (``as_operand`` of the caller's array), after
-    a buffer's rules in the order of their messages: dtype, shape, device; then, for a
-    real buffer (``nbytes`` given: ``dtypes`` are all of one size, so ``shape`` holds
-    ``nbytes`` bytes), C-contiguity and no overlap with any of ``others`` ((name,
-    [start, end)) pairs). Torch's fake tensors are checked without ``nbytes``: they
-    have no addresses, and the contiguity rule would specialize their symbolic sizes."""
-    obj, ptr, a_shape, dtype, a_device, is_torch = a
-    if dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {dtype}")
-    if a_shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(a_shape)}")
-    if a_device != device:
-        raise ValueError(f"{name} is on device {a_device} but the input is on device {device}")
-    if nbytes is None:
-        return obj, ptr
-    if not (obj.is_contiguous() if is_torch else c_contiguous(obj)):
-        raise ValueError(f"{name} must be C-contiguous, got strides {tuple(byte_strides(a))}")
-    if nbytes:
-        end = ptr + nbytes
-        for other, (other_start, other_end) in others:
-            if other_start < end and ptr < other_end and other_start != other_end:
-                raise ValueError(
-                    f"{name} overlaps {other} (outputs must not alias their inputs or each other): {name} spans "
-                    f"[{ptr:#x}, {end:#x}), {other} spans [{other_start:#x}, {other_end:#x})"
-                )
-    return obj, ptr
-
-
-def c_contiguous(a) -> bool:
-    """Whether CuPy array ``a`` is C-contiguous. CuPy keeps the answer as ``_c_contiguous``,
-    which ``flags.c_contiguous`` reads too after building a Flags object (about 0.2 us of
-    a 10 us call on an H200 host); a CuPy without that attribute is asked through ``flags``."""
-    try:
-        return a._c_contiguous
-    except AttributeError:
-        return a.flags.c_contiguous
-
-
-def check_pdl(pdl) -> None:
-    if pdl is not True and pdl is not False:
-        raise TypeError(f"pdl must be a bool, got {pdl!r}")
-
-
-def check_choice(name: str, value, choices) -> None:
-    if type(value) is not str or value not in choices:
-        raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")

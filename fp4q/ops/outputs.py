@@ -7,9 +7,9 @@ pool, not to one that could reuse it at once. (``fp4q.torch`` allocates
 from torch's caching allocator instead, with the same interface.)
 
 An allocator takes a role, which fixes the element type: ``q`` (packed
-e2m1 pairs), ``sf16`` / ``sf32`` (e4m3 / e8m0 scale bytes), ``bfloat16``
-and ``float32`` (dequantized values), ``scale`` (float32 global scale and
-its partial maxima), and returns ``(array, address)``.
+e2m1 pairs), ``sf_nvfp4`` / ``sf_mxfp4`` (e4m3 / e8m0 scale bytes),
+``bfloat16`` and ``float32`` (dequantized values), ``scale`` (float32 global
+scale and its partial maxima), and returns ``(array, address)``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 from .arrays import cupy
 
 # Per role, the CuPy element type.
-_CUPY_DTYPES = {"q": np.uint8, "sf16": np.uint8, "sf32": np.uint8, "bfloat16": np.uint16, "float32": np.float32,
-                "scale": np.float32}
+_CUPY_DTYPES = {"q": np.uint8, "sf_nvfp4": np.uint8, "sf_mxfp4": np.uint8, "bfloat16": np.uint16,
+                "float32": np.float32, "scale": np.float32}
 
 
 class _RawStream:

@@ -1,23 +1,23 @@
-"""Launch plans: what one kind of call resolved, kept for the calls after it.
+"""The store of plans, and the launch of one kernel for one kind of call.
 
 A call's kind is a tuple of primitives that fixes everything its input
-rules depend on (the op, the input's shape, byte strides, dtype and device,
-the layout and format arguments, the identity of the caller's config
-object). Its plan holds what those rules derived (shapes, views) and, per
-pointer alignment and tensor-scale mode, a ``KernelLaunch``: the resolved
-config, the loaded kernel, its grid, the tensor maps of recently seen
-pointers. One bounded cache holds the plans of every op; a repeated call
-runs the same rule functions as the first one, minus the ones the key
-already fixes.
+rules depend on (``engine.plan_of``). Its plan (``engine.Plan``) holds what
+those rules derived and, per tensor-scale mode and the pointers' low bits, a
+launch: a ``KernelLaunch`` (the resolved config, the loaded kernel, its grid,
+the tensor maps of recently seen pointers) or a few of them in sequence. One
+bounded cache holds the plans of every op; a repeated call runs the same
+rule functions as the first one, minus the ones the key already fixes.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Mapping, Sequence
 
 from ..cuda.launch import Launcher, put_bounded
 from ..jit.loader import LoadedKernel
 from ..kernels.archs import target
+from ..kernels.spec import Extent
 
 PLAN_CAPACITY = 1024
 
@@ -53,14 +53,30 @@ plans = PlanCache()
 
 class KernelLaunch(Launcher):
     """The launches of one loaded kernel for one kind of call (``Launcher``), with the
-    config it was resolved from."""
+    config it was resolved from; ``workspace``: the float32 scratch elements it needs
+    after a scalar output (none)."""
 
     __slots__ = ("config", "kernel")
+    workspace = 0
 
-    def __init__(self, config, kernel: LoadedKernel, grid: int, arg_names: tuple[str, ...], dynamic: bool = False,
-                 map_shapes=(), fixed=()) -> None:
+    def __init__(self, config, kernel: LoadedKernel, grid: int, slots: Sequence[tuple[str, str]],
+                 fixed: Mapping[str, object] | None = None, dynamic: bool = False,
+                 extents: Mapping[str, Extent] | None = None) -> None:
         # A kernel built without griddepcontrol must not start before its predecessor ends.
-        super().__init__(kernel.spec, kernel.function, kernel.device, grid, arg_names, dynamic, map_shapes,
-                         target(kernel.spec.arch).features.pdl, fixed)
+        super().__init__(kernel.spec, kernel.function, kernel.device, grid, slots, fixed, dynamic, extents,
+                         target(kernel.spec.arch).features.pdl)
         self.config = config
         self.kernel = kernel
+
+
+class NoLaunch:
+    """The launch of a call with nothing to compute (an empty input)."""
+
+    config = None
+    workspace = 0
+
+    def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
+        """Nothing is launched."""
+
+
+NO_LAUNCH = NoLaunch()

@@ -1,198 +1,124 @@
 """fp4q in PyTorch: the ops as ``torch.ops.fp4q.*``, Python wrappers that return
 torch tensors, and a vLLM-compatible ``scaled_fp4_quant``.
 
-``import fp4q.torch`` registers the ops (``import fp4q`` never imports
-torch). Every op runs fp4q's one call path (``fp4q.ops``: the same rules,
-plans and kernels as the CuPy API) with outputs from torch's caching
-allocator, on torch's current stream of the input's device. Each op has a
-fake implementation that derives exact shapes and dtypes (symbolic sizes
-too) from the same rule functions, so ``torch.compile(fullgraph=True,
-dynamic=True)`` traces calls without a graph break, and CUDA graphs
-(``torch.cuda.graph``, ``mode="reduce-overhead"``) capture them.
+``import fp4q.torch`` registers the ops (``import fp4q`` never imports torch).
+Every op runs fp4q's one call path (``fp4q.ops``: the same rules, plans and
+kernels as the CuPy API) with outputs from torch's caching allocator, on
+torch's current stream of the input's device. Each op has a fake
+implementation that derives exact shapes and dtypes (symbolic sizes too) from
+the same rule functions, so ``torch.compile(fullgraph=True, dynamic=True)``
+traces calls without a graph break, and CUDA graphs (``torch.cuda.graph``,
+``mode="reduce-overhead"``) capture them. ``fp4q.torch.schemas()`` lists the
+registered schemas; ``fp4q.torch.library`` says how they follow from the ops'
+declarations.
 
-Schemas. A tensor scale is a float or a float32 device tensor; a schema
-cannot take either, so each NVFP4 op has two overloads, ``.Tensor``
-(defined first, so that ``torch.ops.fp4q.quantize_nvfp4(x, t)`` resolves a
-tensor to it instead of converting it to a float with a host sync) and
-``.default`` (a float, passed by value)::
-
-    quantize_nvfp4.Tensor(Tensor x, Tensor tensor_sf, str sf_layout="swizzled", bool pdl=True,
-                          bool fp4_dtype=False) -> (Tensor, Tensor)
-    quantize_nvfp4(Tensor x, float tensor_sf, ...same...) -> (Tensor, Tensor)
-    quantize_nvfp4_out.Tensor(Tensor x, Tensor tensor_sf, Tensor(a!) out, Tensor(b!) sf_out,
-                              str sf_layout="swizzled", bool pdl=True) -> ()
-    quantize_nvfp4_out(Tensor x, float tensor_sf, ...same...) -> ()
-    quantize_nvfp4_dynamic(Tensor x, str sf_layout="swizzled", bool pdl=True,
-                           bool fp4_dtype=False) -> (Tensor, Tensor, Tensor)
-    quantize_nvfp4_dynamic_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out,
-                               str sf_layout="swizzled", bool pdl=True) -> Tensor
-    quantize_mxfp4(Tensor x, str mx_mode="rceil", str sf_layout="swizzled", bool pdl=True,
-                   bool fp4_dtype=False) -> (Tensor, Tensor)
-    quantize_mxfp4_out(Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil",
-                       str sf_layout="swizzled", bool pdl=True) -> ()
-    dequantize_nvfp4.Tensor(Tensor q, Tensor sf, Tensor tensor_sf, str sf_layout="swizzled",
-                            str dtype="bfloat16", bool pdl=True) -> Tensor
-    dequantize_nvfp4(Tensor q, Tensor sf, float tensor_sf, ...same...) -> Tensor
-    dequantize_nvfp4_out.Tensor(Tensor q, Tensor sf, Tensor tensor_sf, Tensor(a!) out,
-                                str sf_layout="swizzled", str dtype="bfloat16", bool pdl=True) -> ()
-    dequantize_nvfp4_out(Tensor q, Tensor sf, float tensor_sf, ...same...) -> ()
-    dequantize_mxfp4(Tensor q, Tensor sf, str sf_layout="swizzled", str dtype="bfloat16",
-                     bool pdl=True) -> Tensor
-    dequantize_mxfp4_out(Tensor q, Tensor sf, Tensor(a!) out, str sf_layout="swizzled",
-                         str dtype="bfloat16", bool pdl=True) -> ()
-    global_scale(Tensor x, bool pdl=True) -> Tensor
-
-``quantize_nvfp4_dynamic`` computes the tensor scale on the device and
-returns it third, ``quantize_nvfp4_dynamic_out`` writes ``out`` /
-``sf_out`` and returns it (one launch where the call path can, as
-``fp4q.quantize_nvfp4(x, "dynamic")``, with every rule checked first).
-``config=`` (a Python object)
-and ``stream=`` have no place in a schema: wrappers given either call the
-ops layer directly, eagerly, and under ``torch.compile`` that call is a
-graph break (``torch.compiler.disable``).
+The wrappers take the CuPy API's arguments, plus ``fp4_dtype`` where an op
+returns codes, and call the registered op that fits: the ``.Tensor`` or
+float overload of the tensor scale, the ``_dynamic`` op for
+``tensor_sf="dynamic"``, the ``_out`` op where outputs are given (allocating
+any that is not). ``config=`` (a Python object) and ``stream=`` have no place
+in a schema: a wrapper given either calls the ops layer directly, eagerly, and
+under ``torch.compile`` that call is a graph break (``torch.compiler.disable``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..kernels.quantize import MX_MODES
-from ..ops.arrays import check_choice
-from ..ops.dequantize import dequantize
-from ..ops.global_scale import global_scale as _global_scale
-from ..ops.quantize import DYNAMIC, MXFP4, NVFP4, Format, check_dynamic, quantize
-from .library import DTYPE_NAMES, OUTPUTS, q_dtype, quantize_shapes_of
+from ..ops.api import OPS
+from ..ops.declare import DYNAMIC, Op
+from ..ops.engine import run
+from ..ops.entry import function
+from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 
 ops = torch.ops.fp4q
 
+__all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
+           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "scaled_fp4_quant", "schemas"]
 
-def _is_tensor(tensor_sf) -> bool:
-    return isinstance(tensor_sf, torch.Tensor)
 
+class Entry:
+    """What a wrapper of ``op`` dispatches to: its registered ops and their signatures, by the
+    tensor scale's kind (``"Tensor"``, ``"float"``, ``"dynamic"`` or ``"none"``) and whether
+    outputs are given; and which options may be torch dtypes (passed to the schema by name)."""
 
-def _missing_outputs(fmt: Format, x, sf_layout, out, sf_out, fp4_dtype, sf_dtype):
-    """``out`` and ``sf_out``, whichever is None allocated on torch's current stream (shapes
-    by the ops layer's rules), for an out= op."""
-    _, q_shape, sf_shape = quantize_shapes_of(x, fmt, sf_layout)
-    if out is None:
-        out = torch.empty(q_shape, dtype=q_dtype(fp4_dtype), device=x.device)
-    if sf_out is None:
-        sf_out = torch.empty(sf_shape, dtype=sf_dtype, device=x.device)
-    return out, sf_out
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.registered: dict[tuple[str, bool], tuple] = {}
+        for name, sig in SIGNATURES.items():
+            base, _, overload = name.partition(".")
+            if sig.op is op:
+                kind = "dynamic" if sig.dynamic else "none" if not sig.has_scale else overload or "float"
+                self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
+        self.dtype_options = tuple(i for i, c in enumerate(op.options) if c.name == "dtype")
 
 
 @torch.compiler.disable
-def _eager_quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt: Format, fp4_dtype):
+def _eager(op: Op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype):
     """The ops layer called directly, for what a schema cannot carry (config=, stream=)."""
-    outputs = OUTPUTS[fp4_dtype]
-    if type(tensor_sf) is str:
-        check_dynamic(tensor_sf)
-        return quantize(x, DYNAMIC, sf_layout, out, sf_out, stream, config, pdl, fmt, outputs)
-    return quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, fmt, outputs)
+    return run(op, inputs, tensor_sf, options, buffers, stream, config, pdl, OUTPUTS[fp4_dtype])
 
 
-@torch.compiler.disable
-def _eager_dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl):
-    return dequantize(fmt, q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl, OUTPUTS[0])
-
-
-def quantize_nvfp4(x, tensor_sf, *, sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None,
-                   pdl=True, fp4_dtype=False):
-    """``fp4q.quantize_nvfp4`` for torch tensors: returns ``(q, sf)`` as torch tensors.
-
-    ``q`` is uint8 ``(..., K // 2)`` (``torch.float4_e2m1fn_x2`` with
-    ``fp4_dtype=True``), ``sf`` float8_e4m3fn, ``(ceil(M/128), ceil(K/64),
-    32, 4, 4)`` swizzled or ``(..., K // 16)`` linear. ``tensor_sf`` is a
-    float, a float32 CUDA tensor of shape ``()`` or ``(1,)``, or
-    ``"dynamic"`` (then ``(q, sf, tensor_sf_device)``). ``out`` / ``sf_out``
-    may be uint8 or the fp4 / fp8 dtypes. Runs on torch's current stream;
-    ``stream=`` and ``config=`` call the ops layer directly (eager only: a
-    graph break under torch.compile).
-    """
+def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
+    """A wrapper's call: the registered op that fits its arguments."""
+    op = entry.op
+    for i in entry.dtype_options:
+        value, choices = options[i], op.options[i].choices
+        name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+        if type(name) is not str or name not in choices:  # the rule with both spellings it takes
+            raise ValueError(f"{op.options[i].name} must be {', '.join(map(repr, choices))}, "
+                             f"{' or '.join(f'torch.{c}' for c in choices)}, got {value!r}")
+        options = (*options[:i], name, *options[i + 1:])
     if stream is not None or config is not None:
-        return _eager_quantize(x, tensor_sf, sf_layout, out, sf_out, stream, config, pdl, NVFP4, fp4_dtype)
-    if type(tensor_sf) is str:
-        check_dynamic(tensor_sf)
-        # One op either way: a single launch where the ops layer can (its docstring).
-        if out is None and sf_out is None:
-            return ops.quantize_nvfp4_dynamic.default(x, sf_layout, pdl, fp4_dtype)
-        if out is None or sf_out is None:
-            out, sf_out = _missing_outputs(NVFP4, x, sf_layout, out, sf_out, fp4_dtype, torch.float8_e4m3fn)
-        return out, sf_out, ops.quantize_nvfp4_dynamic_out.default(x, out, sf_out, sf_layout, pdl)
-    device = _is_tensor(tensor_sf)
-    if out is None and sf_out is None:
-        op = ops.quantize_nvfp4.Tensor if device else ops.quantize_nvfp4.default
-        return op(x, tensor_sf, sf_layout, pdl, fp4_dtype)
-    if out is None or sf_out is None:
-        out, sf_out = _missing_outputs(NVFP4, x, sf_layout, out, sf_out, fp4_dtype, torch.float8_e4m3fn)
-    (ops.quantize_nvfp4_out.Tensor if device else ops.quantize_nvfp4_out.default)(
-        x, tensor_sf, out, sf_out, sf_layout, pdl)
-    return out, sf_out
+        return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
+    scale: tuple = ()
+    if op.tensor_scale is None:
+        kind = "none"
+    elif type(tensor_sf) is str:
+        if tensor_sf != DYNAMIC:
+            raise ValueError(f"{op.tensor_scale.name} must be a float, a device float32 scalar or 'dynamic', "
+                             f"got {tensor_sf!r}")
+        kind = "dynamic"
+    else:
+        kind, scale = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float"), (tensor_sf,)
+    table = entry.registered
+    missing = 0
+    for b in buffers:  # a loop, not all()/any() over a generator: a repeated call is a few microseconds
+        if b is None:
+            missing += 1
+    if missing == len(buffers):
+        registered, sig = table[(kind, False)]
+        return registered(*inputs, *scale, *options, pdl, *((fp4_dtype,) if sig.fp4 else ()))
+    if missing:
+        dtypes = OUTPUTS[fp4_dtype].dtypes
+        specs = fake_outputs(op, inputs, tensor_sf, options)
+        buffers = tuple(torch.empty(spec.shape, dtype=dtypes[spec.role], device=inputs[0].device) if b is None else b
+                        for spec, b in zip(specs, buffers))
+    registered, _ = table[(kind, True)]
+    result = registered(*inputs, *scale, *buffers, *options, pdl)
+    if kind == "dynamic":
+        return (*buffers, result)
+    return buffers[0] if len(buffers) == 1 else buffers
 
 
-def quantize_mxfp4(x, *, mode="rceil", sf_layout="swizzled", out=None, sf_out=None, stream=None, config=None,
-                   pdl=True, fp4_dtype=False):
-    """``fp4q.quantize_mxfp4`` for torch tensors: ``(q, sf)``, ``sf`` float8_e8m0fnu
-    ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` swizzled or ``(..., K // 32)``
-    linear; everything else as ``quantize_nvfp4``."""
-    if stream is not None or config is not None:
-        check_choice("mode", mode, MX_MODES)
-        return _eager_quantize(x, None, sf_layout, out, sf_out, stream, config, pdl, MXFP4[mode], fp4_dtype)
-    if out is None and sf_out is None:
-        return ops.quantize_mxfp4.default(x, mode, sf_layout, pdl, fp4_dtype)
-    if out is None or sf_out is None:
-        check_choice("mode", mode, MX_MODES)
-        out, sf_out = _missing_outputs(MXFP4[mode], x, sf_layout, out, sf_out, fp4_dtype, torch.float8_e8m0fnu)
-    ops.quantize_mxfp4_out.default(x, out, sf_out, mode, sf_layout, pdl)
-    return out, sf_out
+def _wrapper(op: Op):
+    """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes."""
+    namespace = {"dispatch": dispatch, "ENTRY": Entry(op)}
+    if has_codes(op):
+        return function(op, "    return dispatch(ENTRY, ARGS, fp4_dtype)\n", namespace, (("fp4_dtype", "False"),),
+                        module="fp4q.torch")
+    return function(op, "    return dispatch(ENTRY, ARGS, False)\n", namespace, module="fp4q.torch")
 
 
-def _dtype_name(dtype) -> str:
-    name = DTYPE_NAMES.get(dtype) if isinstance(dtype, (str, torch.dtype)) else None
-    if name is None:
-        raise ValueError(f"dtype must be 'bfloat16', 'float32', torch.bfloat16 or torch.float32, got {dtype!r}")
-    return name
+_FUNCTIONS = {op.name: _wrapper(op) for op in OPS}
 
-
-def dequantize_nvfp4(q, sf, tensor_sf, *, sf_layout="swizzled", dtype="bfloat16", out=None, stream=None,
-                     config=None, pdl=True):
-    """``fp4q.dequantize_nvfp4`` for torch tensors: a bfloat16 (or float32) tensor of
-    shape ``(..., K)``. ``dtype`` is ``"bfloat16"`` / ``"float32"`` or the torch
-    dtype; ``tensor_sf`` a float or a float32 CUDA tensor."""
-    dtype = _dtype_name(dtype)
-    if stream is not None or config is not None:
-        return _eager_dequantize("nvfp4", q, sf, tensor_sf, sf_layout, dtype, out, stream, config, pdl)
-    device = _is_tensor(tensor_sf)
-    if out is None:
-        op = ops.dequantize_nvfp4.Tensor if device else ops.dequantize_nvfp4.default
-        return op(q, sf, tensor_sf, sf_layout, dtype, pdl)
-    (ops.dequantize_nvfp4_out.Tensor if device else ops.dequantize_nvfp4_out.default)(
-        q, sf, tensor_sf, out, sf_layout, dtype, pdl)
-    return out
-
-
-def dequantize_mxfp4(q, sf, *, sf_layout="swizzled", dtype="bfloat16", out=None, stream=None, config=None,
-                     pdl=True):
-    """``fp4q.dequantize_mxfp4`` for torch tensors; as ``dequantize_nvfp4``, without a tensor scale."""
-    dtype = _dtype_name(dtype)
-    if stream is not None or config is not None:
-        return _eager_dequantize("mxfp4", q, sf, None, sf_layout, dtype, out, stream, config, pdl)
-    if out is None:
-        return ops.dequantize_mxfp4.default(q, sf, sf_layout, dtype, pdl)
-    ops.dequantize_mxfp4_out.default(q, sf, out, sf_layout, dtype, pdl)
-    return out
-
-
-@torch.compiler.disable
-def _eager_global_scale(x, stream, pdl):
-    return _global_scale(x, stream=stream, pdl=pdl, outputs=OUTPUTS[0])
-
-
-def global_scale(x, *, stream=None, pdl=True):
-    """``fp4q.global_scale`` for torch tensors: a float32 CUDA tensor of shape ``()``."""
-    if stream is not None:
-        return _eager_global_scale(x, stream, pdl)
-    return ops.global_scale.default(x, pdl)
+quantize_nvfp4 = _FUNCTIONS["quantize_nvfp4"]
+quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]
+dequantize_nvfp4 = _FUNCTIONS["dequantize_nvfp4"]
+dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
+global_scale = _FUNCTIONS["global_scale"]
+silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
+silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
 
 
 def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
@@ -205,7 +131,7 @@ def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
     float8_e4m3fn, ``[round_up(m, 128), round_up(n // 16, 4)]`` holding the
     swizzled 128x4 layout (the same bytes as fp4q's 5-D swizzled scales) or
     ``[m, n // 16]`` linear. The bits are the spec's, which can differ from
-    vLLM's CUDA kernel (see README).
+    vLLM's CUDA kernel (docs/torch.md).
     """
     if input.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"input must be bfloat16 or float16, got {input.dtype}")
@@ -213,7 +139,7 @@ def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
         raise ValueError("input must have at least 1 dimension, got shape ()")
     rows = input.reshape(-1, input.shape[-1])
     layout = "swizzled" if is_sf_swizzled_layout else "linear"
-    op = ops.quantize_nvfp4.Tensor if _is_tensor(input_global_scale) else ops.quantize_nvfp4.default
+    op = ops.quantize_nvfp4.Tensor if isinstance(input_global_scale, torch.Tensor) else ops.quantize_nvfp4.default
     q, sf = op(rows, input_global_scale, layout, True, False)
     if is_sf_swizzled_layout:
         sf = sf.view(sf.shape[0] * 128, sf.shape[1] * 4)

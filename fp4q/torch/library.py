@@ -1,6 +1,20 @@
-"""The torch library ``fp4q``: the ops' schemas, their CUDA kernels (fp4q's one call
-path with outputs from torch's caching allocator) and their fake implementations.
-Importing this module registers them; ``fp4q.torch`` is the public face."""
+"""The torch library ``fp4q``, derived from the ops' declarations: each op's schemas, its
+CUDA kernel (the ops layer's one call path with outputs from torch's caching allocator)
+and its fake implementation. Importing this module registers them; ``fp4q.torch`` is
+the public face.
+
+Per declared op ``name`` (``fp4q.ops.api.OPS``):
+
+- ``name``: the functional op, returning the outputs. An op with a tensor scale has two
+  overloads, ``.Tensor`` (defined first, so that the overload packet resolves a tensor to
+  it instead of converting it to a float with a host sync) and ``.default`` (a float,
+  passed by value); an op with codes takes ``bool fp4_dtype=False`` last (codes as
+  ``float4_e2m1fn_x2``).
+- ``name_out``, where the caller may pass the outputs: they come as mutated arguments
+  (``Tensor(a!) out, ...``) after the inputs, and it returns nothing.
+- ``name_dynamic`` and ``name_dynamic_out``, where the tensor scale may be ``"dynamic"``:
+  the same without the tensor scale, returning it (after the outputs, or alone).
+"""
 
 from __future__ import annotations
 
@@ -8,31 +22,16 @@ import threading
 
 import torch
 
-from ..kernels.dequantize import GROUP_SIZE, OUT_DTYPES
-from ..kernels.quantize import MX_MODES, SF_LAYOUTS
-from ..ops.arrays import (
-    Q_DTYPES,
-    SF_DTYPES,
-    VALUE_DTYPES,
-    Operand,
-    check_choice,
-    check_operand,
-    device_scale,
-    tensor_scale,
-    torch_operand,
-)
-from ..ops.dequantize import codes_view, dequantize
-from ..ops.dequantize import output_shapes as dequantize_shapes
-from ..ops.global_scale import global_scale as _global_scale
-from ..ops.global_scale import input_view as scale_input_view
+from ..ops.api import OPS
+from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
+from ..ops.checks import check_operand
+from ..ops.declare import DYNAMIC, Op
+from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
-from ..ops.quantize import DYNAMIC, MXFP4, NVFP4, Format, input_view, quantize
-from ..ops.quantize import output_shapes as quantize_shapes
 from ..ops.streams import torch_current_stream
 
-_ROLE_DTYPES = {"q": torch.uint8, "sf16": torch.float8_e4m3fn, "sf32": torch.float8_e8m0fnu,
-                "bfloat16": torch.bfloat16, "float32": torch.float32, "scale": torch.float32}
-DTYPE_NAMES = {"bfloat16": "bfloat16", "float32": "float32", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+ROLE_DTYPES = {"q": torch.uint8, "sf_nvfp4": torch.float8_e4m3fn, "sf_mxfp4": torch.float8_e8m0fnu,
+               "bfloat16": torch.bfloat16, "float32": torch.float32, "scale": torch.float32}
 _devices: dict[int, torch.device] = {}
 
 
@@ -44,15 +43,13 @@ def _device(ordinal: int) -> torch.device:
 
 
 class TorchOutputs:
-    """The ops layer's ``outputs(role, shape, device, stream) -> (array, address)`` on torch's
-    caching allocator: uint8 codes (``float4_e2m1fn_x2`` with ``fp4_dtype``),
-    float8_e4m3fn / float8_e8m0fnu scales, bfloat16 / float32 values, float32
-    global scales."""
+    """The ops layer's ``allocate(role, shape, device, stream) -> (array, address)`` on torch's
+    caching allocator, in ``ROLE_DTYPES`` (codes as ``float4_e2m1fn_x2`` with ``fp4_dtype``)."""
 
-    __slots__ = ("_dtypes", "_strides", "_lock")
+    __slots__ = ("dtypes", "_strides", "_lock")
 
     def __init__(self, fp4_dtype: bool) -> None:
-        self._dtypes = dict(_ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else _ROLE_DTYPES
+        self.dtypes = dict(ROLE_DTYPES, q=torch.float4_e2m1fn_x2) if fp4_dtype else ROLE_DTYPES
         self._strides: dict[tuple, tuple] = {}  # C-contiguous strides by shape, as many as the plans
         self._lock = threading.Lock()
 
@@ -67,7 +64,7 @@ class TorchOutputs:
         return found
 
     def __call__(self, role: str, shape: tuple, device: int, stream: int) -> tuple[torch.Tensor, int]:
-        dtype = self._dtypes[role]
+        dtype = self.dtypes[role]
         where = _devices.get(device) or _device(device)
         # empty_strided: torch.empty derives the same strides, at about 1 us more per call.
         strides = self._strides.get(shape)
@@ -76,13 +73,10 @@ class TorchOutputs:
         if stream == torch_current_stream(device):
             t = torch.empty_strided(shape, strides, dtype=dtype, device=where)
         else:
-            # torch's caching allocator hands a freed block only to later
-            # allocations on the stream it was allocated on, in that stream's
-            # order. Allocated on the launch stream, an output the caller drops
-            # at once is reused only by work queued behind the kernel. (Allocating
-            # on the current stream plus record_stream would be safe too, but
-            # costs an event per block when it is freed.) Only a call given a
-            # stream= other than torch's current one takes this path.
+            # torch's caching allocator hands a freed block only to later allocations on the
+            # stream it was allocated on, in that stream's order: allocated on the launch
+            # stream, an output the caller drops at once is reused only by work queued behind
+            # the kernel. Only a call given a stream= other than torch's current one gets here.
             with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=where)):
                 t = torch.empty_strided(shape, strides, dtype=dtype, device=where)
         return t, t.data_ptr()
@@ -91,158 +85,138 @@ class TorchOutputs:
 OUTPUTS = (TorchOutputs(False), TorchOutputs(True))
 
 
-# ----------------------------------------------------------------- eager kernels
-# Registered for CUDA (and CPU, where the ops layer's rules name a host tensor
-# as such): the op's arguments go straight into the ops layer's call path.
-def _quantize_nvfp4(x, tensor_sf, sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    return quantize(x, tensor_sf, sf_layout, None, None, None, None, pdl, NVFP4, OUTPUTS[fp4_dtype])
+# Keyword names torch's functionalization of mutating ops takes for itself: an option of that name
+# goes into the schema by its kernel config field's name instead (quantize_mxfp4's mode: mx_mode).
+RESERVED = frozenset({"mode"})
 
 
-def _quantize_nvfp4_dynamic(x, sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    return quantize(x, DYNAMIC, sf_layout, None, None, None, None, pdl, NVFP4, OUTPUTS[fp4_dtype])
+def schema_name(choice) -> str:
+    """An option's argument name in the schemas."""
+    return choice.field if choice.name in RESERVED else choice.name
 
 
-def _quantize_nvfp4_out(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=True):
-    quantize(x, tensor_sf, sf_layout, out, sf_out, None, None, pdl, NVFP4, OUTPUTS[0])
+def has_codes(op: Op) -> bool:
+    return any(o.kind == "codes" for o in op.outputs)
 
 
-def _quantize_nvfp4_dynamic_out(x, out, sf_out, sf_layout="swizzled", pdl=True):
-    return quantize(x, DYNAMIC, sf_layout, out, sf_out, None, None, pdl, NVFP4, OUTPUTS[0])[2]
+class Signature:
+    """The schema arguments of one registered op and where each sits among a call's
+    arguments: ``scale`` (the tensor scale's schema type, or None), ``outs`` (mutated
+    outputs), ``dynamic`` (the tensor scale is computed, and returned)."""
+
+    def __init__(self, op: Op, scale: str | None, outs: bool, dynamic: bool) -> None:
+        self.op, self.outs, self.dynamic = op, outs, dynamic
+        self.fp4 = not outs and has_codes(op)
+        args = [f"Tensor {op.main.name}", *(f"Tensor {a.name}" for a in op.inputs)]
+        if scale is not None and op.tensor_scale is not None:
+            args.append(f"{scale} {op.tensor_scale.name}")
+        self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
+        if outs:
+            args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
+        args += [f'str {schema_name(c)}="{c.default}"' for c in op.options]
+        args.append("bool pdl=True")
+        if self.fp4:
+            args.append("bool fp4_dtype=False")
+        self.arguments = ", ".join(args)
+        # The trailing arguments' defaults: torch leaves out those a call gave as their defaults.
+        self.defaults = (*(c.default for c in op.options), True, *((False,) if self.fp4 else ()))
+        self.required = len(args) - len(self.defaults)
+        self.inputs = 1 + len(op.inputs)
+        self.has_scale = scale is not None
+        returned = [] if outs else ["Tensor"] * len(op.outputs)
+        returned += ["Tensor"] if dynamic else []
+        self.returns = returned[0] if len(returned) == 1 else f"({', '.join(returned)})"
+
+    def split(self, args: tuple):
+        """A call's arguments in the ops layer's groups."""
+        args += self.defaults[len(args) - self.required:]
+        i = self.inputs
+        inputs = args[:i]
+        tensor_sf = DYNAMIC if self.dynamic else (args[i] if self.has_scale else None)
+        i += self.has_scale
+        buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
+        i += self.out_count
+        options = args[i:i + len(self.op.options)]
+        i += len(self.op.options)
+        pdl = args[i]
+        fp4_dtype = args[i + 1] if self.fp4 else False
+        return inputs, tensor_sf, options, buffers, pdl, fp4_dtype
+
+    def kernel(self):
+        call, split = runner(self.op), self.split
+        if not self.outs:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
+        elif self.dynamic:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])[-1]
+        else:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
+
+        return kernel
+
+    def fake(self):
+        def fake(*args):
+            inputs, tensor_sf, options, buffers, _, fp4_dtype = self.split(args)
+            main, made = inputs[0], fake_outputs(self.op, inputs, tensor_sf, options)
+            if self.outs:
+                for spec, buffer in zip(made, buffers):
+                    check_operand(torch_operand(buffer, spec.name, 0), spec.name, spec.shape, spec.dtypes,
+                                  main.get_device())
+            dtypes = OUTPUTS[fp4_dtype].dtypes
+            results = [] if self.outs else [main.new_empty(spec.shape, dtype=dtypes[spec.role]) for spec in made]
+            if self.dynamic:
+                results.append(main.new_empty((), dtype=torch.float32))
+            if not results:
+                return None
+            return results[0] if len(results) == 1 else tuple(results)
+
+        return fake
 
 
-def _quantize_mxfp4(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    check_choice("mode", mode, MX_MODES)
-    return quantize(x, None, sf_layout, None, None, None, None, pdl, MXFP4[mode], OUTPUTS[fp4_dtype])
-
-
-def _quantize_mxfp4_out(x, out, sf_out, mode="rceil", sf_layout="swizzled", pdl=True):
-    check_choice("mode", mode, MX_MODES)
-    quantize(x, None, sf_layout, out, sf_out, None, None, pdl, MXFP4[mode], OUTPUTS[0])
-
-
-def _dequantize_nvfp4(q, sf, tensor_sf, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    return dequantize("nvfp4", q, sf, tensor_sf, sf_layout, dtype, None, None, None, pdl, OUTPUTS[0])
-
-
-def _dequantize_nvfp4_out(q, sf, tensor_sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    dequantize("nvfp4", q, sf, tensor_sf, sf_layout, dtype, out, None, None, pdl, OUTPUTS[0])
-
-
-def _dequantize_mxfp4(q, sf, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    return dequantize("mxfp4", q, sf, None, sf_layout, dtype, None, None, None, pdl, OUTPUTS[0])
-
-
-def _dequantize_mxfp4_out(q, sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    dequantize("mxfp4", q, sf, None, sf_layout, dtype, out, None, None, pdl, OUTPUTS[0])
-
-
-def _global_scale_kernel(x, pdl=True):
-    return _global_scale(x, stream=None, pdl=pdl, outputs=OUTPUTS[0])
-
-
-# ------------------------------------------------------------ fake kernels
-# The ops layer's rule functions on the fake tensors' sizes and strides (symbolic
-# under dynamic shapes: a rule becomes a guard), in the eager call's order. Of a
-# buffer's rules they run those on dtype, shape and device; contiguity and
-# overlap, which need addresses or would specialize symbolic sizes, are checked
-# when the op runs.
-def _fake(t, name: str) -> Operand:
-    return torch_operand(t, name, 0)
-
-
-def _scale_rule(tensor_sf, device: int) -> None:
+def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
+    """The ops layer's rules on fake tensors' sizes and strides (symbolic under dynamic
+    shapes: a rule becomes a guard), in the eager call's order, and the outputs they fix.
+    Contiguity and overlap, which need addresses or would specialize symbolic sizes, are
+    checked when the op runs."""
+    main = torch_operand(inputs[0], op.main.name, 0)
+    g = op.geometry(main, options)
+    device = main[DEVICE]
+    for array, value in zip(op.inputs, inputs[1:]):
+        spec = Buffer(array, g)
+        check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
     if isinstance(tensor_sf, torch.Tensor):
-        device_scale(_fake(tensor_sf, "tensor_sf"), device)
+        device_scale(torch_operand(tensor_sf, "tensor_sf", 0), device)
     elif type(tensor_sf) is float:  # a traced SymFloat is checked when the op runs
         tensor_scale(tensor_sf, device)
+    return [Buffer(array, g) for array in op.outputs]
 
 
-def quantize_shapes_of(x, fmt: Format, sf_layout: str):
-    """The view of ``x`` and the shapes of ``q`` and the scales, by the ops layer's rules."""
-    check_choice("sf_layout", sf_layout, SF_LAYOUTS)
-    view = input_view(_fake(x, "x"), fmt)
-    return (view, *quantize_shapes(view, fmt, sf_layout))
+def signatures(op: Op) -> dict[str, Signature]:
+    """Every registered op of ``op``, by its qualified name (``name`` or ``name.overload``)."""
+    found: dict[str, Signature] = {}
+    variants = [(False, "_out")] if op.out_keywords else []
+    for outs, suffix in [(False, ""), *[(True, s) for _, s in variants]]:
+        if op.tensor_scale is None:
+            found[op.name + suffix] = Signature(op, None, outs, False)
+            continue
+        found[f"{op.name}{suffix}.Tensor"] = Signature(op, "Tensor", outs, False)
+        found[f"{op.name}{suffix}"] = Signature(op, "float", outs, False)
+        if op.dynamic:
+            found[f"{op.name}_dynamic{suffix}"] = Signature(op, None, outs, True)
+    return found
 
 
-def q_dtype(fp4_dtype: bool) -> torch.dtype:
-    return torch.float4_e2m1fn_x2 if fp4_dtype else torch.uint8
+SIGNATURES: dict[str, Signature] = {name: sig for op in OPS for name, sig in signatures(op).items()}
 
 
-def _quantize_nvfp4_fake(x, tensor_sf, sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
-    _scale_rule(tensor_sf, view.device)
-    return x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e4m3fn)
-
-
-def _quantize_nvfp4_dynamic_fake(x, sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    _, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
-    return (x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e4m3fn),
-            x.new_empty((), dtype=torch.float32))
-
-
-def _check_quantize_outputs(view, q_shape, sf_shape, fmt: Format, out, sf_out) -> None:
-    check_operand(_fake(out, "out"), "out", q_shape, Q_DTYPES, view.device)
-    check_operand(_fake(sf_out, "sf_out"), "sf_out", sf_shape, SF_DTYPES[fmt.sf_vec_size], view.device)
-
-
-def _quantize_nvfp4_out_fake(x, tensor_sf, out, sf_out, sf_layout="swizzled", pdl=True):
-    view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
-    _scale_rule(tensor_sf, view.device)
-    _check_quantize_outputs(view, q_shape, sf_shape, NVFP4, out, sf_out)
-
-
-def _quantize_nvfp4_dynamic_out_fake(x, out, sf_out, sf_layout="swizzled", pdl=True):
-    view, q_shape, sf_shape = quantize_shapes_of(x, NVFP4, sf_layout)
-    _check_quantize_outputs(view, q_shape, sf_shape, NVFP4, out, sf_out)
-    return x.new_empty((), dtype=torch.float32)
-
-
-def _quantize_mxfp4_fake(x, mode="rceil", sf_layout="swizzled", pdl=True, fp4_dtype=False):
-    check_choice("mode", mode, MX_MODES)
-    _, q_shape, sf_shape = quantize_shapes_of(x, MXFP4[mode], sf_layout)
-    return x.new_empty(q_shape, dtype=q_dtype(fp4_dtype)), x.new_empty(sf_shape, dtype=torch.float8_e8m0fnu)
-
-
-def _quantize_mxfp4_out_fake(x, out, sf_out, mode="rceil", sf_layout="swizzled", pdl=True):
-    check_choice("mode", mode, MX_MODES)
-    view, q_shape, sf_shape = quantize_shapes_of(x, MXFP4[mode], sf_layout)
-    _check_quantize_outputs(view, q_shape, sf_shape, MXFP4[mode], out, sf_out)
-
-
-def _dequantize_rules(fmt: str, q, sf, tensor_sf, sf_layout: str, dtype: str):
-    check_choice("sf_layout", sf_layout, SF_LAYOUTS)
-    check_choice("dtype", dtype, OUT_DTYPES)
-    view = codes_view(_fake(q, "q"), fmt)
-    sf_shape, y_shape = dequantize_shapes(view, fmt, sf_layout)
-    check_operand(_fake(sf, "sf"), "sf", sf_shape, SF_DTYPES[GROUP_SIZE[fmt]], view.device)
-    if fmt == "nvfp4":
-        _scale_rule(tensor_sf, view.device)
-    return view, y_shape
-
-
-def _dequantize_nvfp4_fake(q, sf, tensor_sf, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    _, y_shape = _dequantize_rules("nvfp4", q, sf, tensor_sf, sf_layout, dtype)
-    return q.new_empty(y_shape, dtype=_ROLE_DTYPES[dtype])
-
-
-def _dequantize_nvfp4_out_fake(q, sf, tensor_sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    view, y_shape = _dequantize_rules("nvfp4", q, sf, tensor_sf, sf_layout, dtype)
-    check_operand(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
-
-
-def _dequantize_mxfp4_fake(q, sf, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    _, y_shape = _dequantize_rules("mxfp4", q, sf, None, sf_layout, dtype)
-    return q.new_empty(y_shape, dtype=_ROLE_DTYPES[dtype])
-
-
-def _dequantize_mxfp4_out_fake(q, sf, out, sf_layout="swizzled", dtype="bfloat16", pdl=True):
-    view, y_shape = _dequantize_rules("mxfp4", q, sf, None, sf_layout, dtype)
-    check_operand(_fake(out, "out"), "out", y_shape, VALUE_DTYPES[dtype], view.device)
-
-
-def _global_scale_fake(x, pdl=True):
-    scale_input_view(_fake(x, "x"))
-    return x.new_empty((), dtype=torch.float32)
+def schemas() -> list[str]:
+    """Every registered schema, as torch prints it."""
+    return [f"fp4q::{name}({sig.arguments}) -> {sig.returns}" for name, sig in SIGNATURES.items()]
 
 
 # ------------------------------------------------------------ registration
@@ -263,38 +237,18 @@ def _mutation_kernel(op, mutated: tuple[int, ...]):
     return kernel
 
 
-def _register(name: str, args: str, returns: str, kernel, fake) -> None:
-    _lib.define(f"{name}({args}) -> {returns}", tags=(torch.Tag.pt2_compliant_tag,))
-    _lib.impl(name, kernel, "CUDA")
-    _lib.impl(name, kernel, "CPU")
-    torch.library.register_fake(f"fp4q::{name}", fake, lib=_lib)
-    mutated = tuple(i for i, a in enumerate(args.split(", ")) if "!)" in a)
+def _register(name: str, sig: Signature) -> None:
+    _lib.define(f"{name}({sig.arguments}) -> {sig.returns}", tags=(torch.Tag.pt2_compliant_tag,))
+    # CPU too: the ops layer's rules then name a host tensor as such.
+    _lib.impl(name, sig.kernel(), "CUDA")
+    _lib.impl(name, sig.kernel(), "CPU")
+    torch.library.register_fake(f"fp4q::{name}", sig.fake(), lib=_lib)
+    mutated = tuple(i for i, a in enumerate(sig.arguments.split(", ")) if "!)" in a)
     if mutated:
-        op = getattr(getattr(torch.ops.fp4q, name.split(".")[0]), name.split(".")[1] if "." in name else "default")
-        _lib.impl(name, _mutation_kernel(op, mutated), "ADInplaceOrView", with_keyset=True)
+        base, _, overload = name.partition(".")
+        _lib.impl(name, _mutation_kernel(getattr(getattr(torch.ops.fp4q, base), overload or "default"), mutated),
+                  "ADInplaceOrView", with_keyset=True)
 
 
-_QUANTIZE_TAIL = 'str sf_layout="swizzled", bool pdl=True'
-_DEQUANTIZE_TAIL = 'str sf_layout="swizzled", str dtype="bfloat16", bool pdl=True'
-for _overload, _scale in ((".Tensor", "Tensor tensor_sf"), ("", "float tensor_sf")):
-    _register("quantize_nvfp4" + _overload, f"Tensor x, {_scale}, {_QUANTIZE_TAIL}, bool fp4_dtype=False",
-              "(Tensor, Tensor)", _quantize_nvfp4, _quantize_nvfp4_fake)
-    _register("quantize_nvfp4_out" + _overload, f"Tensor x, {_scale}, Tensor(a!) out, Tensor(b!) sf_out, "
-              f"{_QUANTIZE_TAIL}", "()", _quantize_nvfp4_out, _quantize_nvfp4_out_fake)
-    _register("dequantize_nvfp4" + _overload, f"Tensor q, Tensor sf, {_scale}, {_DEQUANTIZE_TAIL}", "Tensor",
-              _dequantize_nvfp4, _dequantize_nvfp4_fake)
-    _register("dequantize_nvfp4_out" + _overload, f"Tensor q, Tensor sf, {_scale}, Tensor(a!) out, "
-              f"{_DEQUANTIZE_TAIL}", "()", _dequantize_nvfp4_out, _dequantize_nvfp4_out_fake)
-_register("quantize_nvfp4_dynamic", f"Tensor x, {_QUANTIZE_TAIL}, bool fp4_dtype=False", "(Tensor, Tensor, Tensor)",
-          _quantize_nvfp4_dynamic, _quantize_nvfp4_dynamic_fake)
-_register("quantize_nvfp4_dynamic_out", f"Tensor x, Tensor(a!) out, Tensor(b!) sf_out, {_QUANTIZE_TAIL}", "Tensor",
-          _quantize_nvfp4_dynamic_out, _quantize_nvfp4_dynamic_out_fake)
-_register("quantize_mxfp4", f'Tensor x, str mx_mode="rceil", {_QUANTIZE_TAIL}, bool fp4_dtype=False',
-          "(Tensor, Tensor)", _quantize_mxfp4, _quantize_mxfp4_fake)
-_register("quantize_mxfp4_out", f'Tensor x, Tensor(a!) out, Tensor(b!) sf_out, str mx_mode="rceil", {_QUANTIZE_TAIL}',
-          "()", _quantize_mxfp4_out, _quantize_mxfp4_out_fake)
-_register("dequantize_mxfp4", f"Tensor q, Tensor sf, {_DEQUANTIZE_TAIL}", "Tensor", _dequantize_mxfp4,
-          _dequantize_mxfp4_fake)
-_register("dequantize_mxfp4_out", f"Tensor q, Tensor sf, Tensor(a!) out, {_DEQUANTIZE_TAIL}", "()",
-          _dequantize_mxfp4_out, _dequantize_mxfp4_out_fake)
-_register("global_scale", "Tensor x, bool pdl=True", "Tensor", _global_scale_kernel, _global_scale_fake)
+for _name, _sig in SIGNATURES.items():
+    _register(_name, _sig)

@@ -3,8 +3,14 @@
 // neither TMA nor the vector kernel can address (a base or row stride of x,
 // or a base of q or of swizzled scales, that is not 16-byte aligned), and
 // any shape.
+// Its load and transform steps are those of kernels/steps.cuh, the reads
+// done by 2-byte loads. It quantizes a group by the general sequence below
+// rather than the quantize step (quantize_run picks an e2m1 variant per
+// run, more code for the kernel of last resort) and stores each word of
+// codes, byte by byte, as it is converted.
 // Same numerics headers as the TMA kernel, so the same bits.
 #include "kernels/simt_quantize.cuh"
+#include "kernels/steps.cuh"
 
 constexpr int WORDS = SF_VEC / 2;
 
@@ -15,6 +21,9 @@ FP4Q_DEVICE u32 load_pair(const u16* p) {
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     simt_quantize_prologue();
+    using Steps = Prologue<PROLOGUE, GlobalRows>;
+    const typename Steps::Load load{{x, x_row_stride}};
+    const typename Steps::Transform transform{};
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const i64 domain_rows = sf_domain_rows(rows);
@@ -24,13 +33,19 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
         const int j = unit.col;
         u32 sf_byte = 0;
         if (m < rows && j < groups) {
-            const u16* src = x + m * x_row_stride + static_cast<i64>(j) * SF_VEC;
-            u32 w[WORDS];
+            u32 in[load.READS][WORDS];
 #pragma unroll
-            for (int i = 0; i < WORDS; ++i) w[i] = load_pair(src + 2 * i);
+            for (int r = 0; r < load.READS; ++r) {
+                const GlobalRows& src = load.input(r);
+                const u16* p = src.ptr + m * src.row_stride + static_cast<i64>(j) * SF_VEC + load.shift(r, cols);
+#pragma unroll
+                for (int i = 0; i < WORDS; ++i) in[r][i] = load_pair(p + 2 * i);
+            }
+            transform(in);
+            const u32(&w)[WORDS] = in[0];
             float inv;
             sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tsf.value, tsf.rcp, inv);
-            u8* dst = q + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
+            u8* dst = out + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
             for (int word = 0; word < WORDS / 4; ++word) {
                 const u32 codes = quantize_e2m1x8(w[4 * word], w[4 * word + 1], w[4 * word + 2], w[4 * word + 3], inv);
@@ -38,6 +53,6 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
                 for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
             }
         }
-        sf[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
+        sf_out[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
     }
 }

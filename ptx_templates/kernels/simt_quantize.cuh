@@ -12,7 +12,7 @@
 #include "ptx/global_memory.cuh"
 
 #define FP4Q_SIMT_QUANTIZE_PARAMS                                                                 \
-    const u16* __restrict__ x, u8* __restrict__ q, u8* __restrict__ sf, i64 x_row_stride, i32 rows, \
+    const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out, i64 x_row_stride, i32 rows, \
         i32 cols, u32 unit_magic, u32 unit_shift, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr
 
 // The previous kernel may write x or tensor_sf and still read q and sf: wait

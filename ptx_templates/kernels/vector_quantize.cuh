@@ -6,13 +6,14 @@
 // and agree on its amax through butterfly shuffles. Under the swizzled
 // layout the padding rows' scales are written as zeros. Needs x rows and
 // the outputs 16-byte aligned, and, for units of two groups, an even number
-// of groups per row (the host's rule). The including kernel defines SF_VEC
-// and VEC_ELEMS.
+// of groups per row (the host's rule). Its units go through the steps of
+// kernels/steps.cuh: the load step's inputs are GlobalRows, each read one to
+// four 16-byte loads; the store step is RowwiseStore. The including kernel
+// defines SF_VEC and VEC_ELEMS.
 #pragma once
+#include "kernels/steps.cuh"
 #include "layout/scale_layout.cuh"
 #include "numerics/amax.cuh"
-#include "numerics/quantize_group.cuh"
-#include "numerics/tensor_scale.cuh"
 #include "pipeline/row_walk.cuh"
 #include "ptx/global_memory.cuh"
 #include "ptx/sync.cuh"
@@ -59,52 +60,19 @@ FP4Q_DEVICE bool unit_live(const RowWalk& unit, i32 rows, int groups) {
     return unit.row < rows && unit_group(unit.col) < groups;
 }
 
-// The unit's elements, or zeros for a unit outside x.
-FP4Q_DEVICE void load_unit(const u16* __restrict__ x, i64 x_row_stride, const RowWalk& unit, bool live,
-                           u32 (&w)[4 * VEC_LOADS]) {
-#pragma unroll
-    for (int i = 0; i < 4 * VEC_LOADS; ++i) w[i] = 0u;
-    if (live) load_vector(x + unit.row * x_row_stride + unit.col * VEC_ELEMS, w);
-}
+// The store step: a unit's codes in one 4- to 16-byte store, its groups'
+// scale bytes at their place in the layout (a dead unit of the scale
+// domain, a padding group, gets zero scales); `padding` writes the padding
+// rows' scales (write_padding_scales).
+struct RowwiseStore {
+    u8* q;
+    u8* sf;
 
-// This thread's first unit in the walk that quantize_units takes, its
-// elements loaded into w (`live`: unit_live of it). unit_magic and
-// unit_shift divide by the units per row (the host's
-// SimtConfig.units_per_row). `prologue()` runs before the load, once the
-// indices are known.
-template <typename Prologue>
-FP4Q_DEVICE RowWalk load_first_unit(const u16* __restrict__ x, i64 x_row_stride, i32 rows, int groups,
-                                    u32 unit_magic, u32 unit_shift, Prologue prologue, bool& live,
-                                    u32 (&w)[4 * VEC_LOADS]) {
-    const Divisor per_row{static_cast<u32>(units_per_row(groups)), unit_magic, unit_shift};
-    const RowWalk unit(grid_thread(), grid_threads(), per_row);
-    prologue();
-    live = unit_live(unit, rows, groups);
-    load_unit(x, x_row_stride, unit, live, w);
-    return unit;
-}
+    FP4Q_DEVICE void padding(i32 rows, int groups) const { write_padding_scales(sf, rows, groups); }
 
-// Quantizes this thread's units, from `unit` on, whose elements are in w
-// (`live`: unit_live of it), with the tensor scale tsf.
-FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                                u8* __restrict__ sf, i32 rows, i32 cols, RowWalk unit, bool live,
-                                u32 (&w)[4 * VEC_LOADS], const TensorScale tsf) {
-    const int groups = cols / SF_VEC;
-    // Where the grid has a thread for every unit (up to about one wave of
-    // them: the serving sizes), no thread has a second one, and the walk's
-    // step and the next load are skipped instead of computed and found past
-    // the end.
-    const bool one_pass = static_cast<u64>(rows) * static_cast<u32>(unit.per_row) <= grid_threads();
-    // The loop runs while any lane of the warp has a row (the first lane has
-    // the lowest), so that every lane takes part in each shuffle.
-    while (vote_sync_any_pred(unit.row < rows)) {
-        const auto out = quantize_run<SF_VEC, 4 * VEC_LOADS>(w, tsf.value, tsf.rcp, [](float amax) {
-#pragma unroll
-            for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
-                amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
-            }
-            return amax;
-        });
+    FP4Q_DEVICE void operator()(const RowWalk& unit, bool live, i32 rows, i32 cols,
+                                const QuantizedRun<SF_VEC, 4 * VEC_LOADS>& out) const {
+        const int groups = cols / SF_VEC;
         if (live) {
             u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
@@ -115,7 +83,6 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
                 st_global_v4(dst, out.q[0], out.q[1], out.q[2], out.q[3]);
             }
         }
-        // A dead unit of the scale domain (a padding group) gets zero scales.
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
             u8* dst = sf + sf_index(unit.row, unit_group(unit.col), groups);
             const u32 bytes = live ? out.sf : 0u;
@@ -128,26 +95,96 @@ FP4Q_DEVICE void quantize_units(const u16* __restrict__ x, i64 x_row_stride, u8*
                 for (int g = 0; g < UNIT_GROUPS; ++g) dst[g] = static_cast<u8>(bytes >> (8 * g));
             }
         }
+    }
+};
+
+// A unit's words: the load step's READS arrays of 4 * VEC_LOADS packed
+// pairs, the first of them rewritten by the transform step into the words
+// that are quantized.
+template <typename Load>
+using UnitWords = u32[Load::READS][4 * VEC_LOADS];
+
+// The load step's reads of the unit, each one to four 16-byte loads, or
+// zeros for a unit outside x; then the transform step.
+template <typename Load, typename Transform>
+FP4Q_DEVICE void load_unit(const Load& load, const Transform& transform, const RowWalk& unit, i32 cols, bool live,
+                           UnitWords<Load>& w) {
+#pragma unroll
+    for (int r = 0; r < Load::READS; ++r) {
+#pragma unroll
+        for (int i = 0; i < 4 * VEC_LOADS; ++i) w[r][i] = 0u;
+    }
+    if (live) {
+#pragma unroll
+        for (int r = 0; r < Load::READS; ++r) {
+            const GlobalRows& x = load.input(r);
+            load_vector(x.ptr + unit.row * x.row_stride + unit.col * VEC_ELEMS + load.shift(r, cols), w[r]);
+        }
+    }
+    transform(w);
+}
+
+// This thread's first unit in the walk that quantize_units takes, loaded
+// and transformed into w (`live`: unit_live of it). unit_magic and
+// unit_shift divide by the units per row (the host's
+// SimtConfig.units_per_row). `prologue()` runs before the load, once the
+// indices are known.
+template <typename Load, typename Transform, typename Prologue>
+FP4Q_DEVICE RowWalk load_first_unit(const Load& load, const Transform& transform, i32 rows, i32 cols,
+                                    u32 unit_magic, u32 unit_shift, Prologue prologue, bool& live,
+                                    UnitWords<Load>& w) {
+    const int groups = cols / SF_VEC;
+    const Divisor per_row{static_cast<u32>(units_per_row(groups)), unit_magic, unit_shift};
+    const RowWalk unit(grid_thread(), grid_threads(), per_row);
+    prologue();
+    live = unit_live(unit, rows, groups);
+    load_unit(load, transform, unit, cols, live, w);
+    return unit;
+}
+
+// Quantizes and stores this thread's units, from `unit` on, whose words
+// are in w, transformed (`live`: unit_live of it); the later units are
+// loaded and transformed here.
+template <typename Load, typename Transform, typename Quantize, typename Store>
+FP4Q_DEVICE void quantize_units(const Load& load, const Transform& transform, const Quantize& quantize,
+                                const Store& store, i32 rows, i32 cols, RowWalk unit, bool live,
+                                UnitWords<Load>& w) {
+    const int groups = cols / SF_VEC;
+    // Where the grid has a thread for every unit (up to about one wave of
+    // them: the serving sizes), no thread has a second one, and the walk's
+    // step and the next load are skipped instead of computed and found past
+    // the end.
+    const bool one_pass = static_cast<u64>(rows) * static_cast<u32>(unit.per_row) <= grid_threads();
+    // The loop runs while any lane of the warp has a row (the first lane has
+    // the lowest), so that every lane takes part in each shuffle.
+    while (vote_sync_any_pred(unit.row < rows)) {
+        const auto out = quantize(w[0], [](float amax) {
+#pragma unroll
+            for (int lane_mask = 1; lane_mask < THREADS_PER_GROUP; lane_mask <<= 1) {
+                amax = max_f32(amax, shfl_sync_bfly_b32(amax, lane_mask));
+            }
+            return amax;
+        });
+        store(unit, live, rows, cols, out);
         if (one_pass) break;
         unit.advance();
         live = unit_live(unit, rows, groups);
-        load_unit(x, x_row_stride, unit, live, w);
+        load_unit(load, transform, unit, cols, live, w);
     }
 }
 
-// Quantizes x. `prologue()` runs before the first read of x (load_first_unit);
-// `get_scale()` returns the tensor scale and is called once, with the first
-// loads in flight, after the padding scales are written: on a small input
-// the padding stores and a device scale's load then overlap the loads of x
-// instead of following them.
-template <typename Prologue, typename GetScale>
-FP4Q_DEVICE void quantize_vector(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ q,
-                                 u8* __restrict__ sf, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
-                                 Prologue prologue, GetScale get_scale) {
-    const int groups = cols / SF_VEC;
+// Quantizes x by the four steps. `prologue()` runs before the first read
+// of x (load_first_unit); `make_quantize()` returns the quantize step and
+// is called once, with the first loads in flight, after the padding scales
+// are written: on a small input the padding stores and a device scale's
+// load then overlap the loads of x instead of following them.
+template <typename Load, typename Transform, typename MakeQuantize, typename Store, typename Prologue>
+FP4Q_DEVICE void quantize_vector(const Load& load, const Transform& transform, MakeQuantize make_quantize,
+                                 const Store& store, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
+                                 Prologue prologue) {
     bool live;
-    u32 w[4 * VEC_LOADS];
-    const RowWalk unit = load_first_unit(x, x_row_stride, rows, groups, unit_magic, unit_shift, prologue, live, w);
-    write_padding_scales(sf, rows, groups);
-    quantize_units(x, x_row_stride, q, sf, rows, cols, unit, live, w, get_scale());
+    UnitWords<Load> w;
+    const RowWalk unit = load_first_unit(load, transform, rows, cols, unit_magic, unit_shift, prologue, live, w);
+    store.padding(rows, cols / SF_VEC);
+    quantize_units(load, transform, make_quantize(), store, rows, cols, unit, live, w);
 }

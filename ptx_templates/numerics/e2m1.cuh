@@ -26,22 +26,48 @@ FP4Q_DEVICE u32 e2m1_magnitude_biased(float v) {
 }
 
 // The magnitude codes of eight floats, v[0] in the low nibble, sign bits
-// clear. The biased codes are combined by multiply-adds, pairs into bytes,
-// bytes into half-words, half-words into the word (three dependent steps
-// where a Horner chain takes eight), and the bias removed once, which keeps
-// the packing off the integer logic pipe.
+// clear. Each pair of biased codes becomes a byte by one multiply-add,
+// c0 + (c1 << 4), whose low byte is code0 + 16 * code1 exactly: the bias
+// bits(M) = 0x4B400000 has a zero low byte, and so has bits(M) << 4, and
+// code0 + 16 * code1 <= 119 carries nothing out of the byte. Three byte
+// permutes then gather the four low bytes into the word, and no bias is
+// left to remove (the multiply-add tree took two more multiply-adds and a
+// subtraction of the bias for the same word).
+FP4Q_DEVICE u32 e2m1x8_pack_biased(const u32 (&c)[8]) {
+    u32 pair[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pair[i] = c[2 * i] + (c[2 * i + 1] << 4);
+    // Byte 0 of a and byte 0 of b (selector 4), twice, then the low half-words of both.
+    return prmt_b32(prmt_b32(pair[0], pair[1], 0x0040u), prmt_b32(pair[2], pair[3], 0x0040u), 0x5410u);
+}
+
 template <bool CLAMP>
 FP4Q_DEVICE u32 e2m1x8_magnitudes(const float (&v)[8]) {
-    constexpr u32 bias = 0x4B400000u * 0x11111111u;  // bits(M) in every nibble, mod 2^32
     u32 c[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) c[i] = e2m1_magnitude_biased<CLAMP>(v[i]);
+    return e2m1x8_pack_biased(c);
+}
+
+// The fast variant (input signs, no clamp: |x * inv| < 7) for a power-of-two
+// inverse scale inv (MXFP4's 2^-e), from the inputs x themselves: there
+// x * inv is exact unless it underflows, so 2|v|, |v| and |v|/2 are |x|
+// times two_inv = 2 inv, inv and half_inv = inv / 2 exactly (the caller
+// passes those three only where they are exact powers of two, inv <= 2^126),
+// and each branch of e2m1_magnitude_biased rounds the same real number onto
+// the grid of M in one FMA, with no multiply for the product first. Where
+// x * inv underflows (|v| < 2^-126) both ways give M, M + 2 and M + 4 and the
+// code 0. The factors may also be any finite positive numbers for a group
+// of zeros, whose products are 0 either way.
+FP4Q_DEVICE u32 e2m1x8_pow2_magnitudes(const float (&x)[8], float two_inv, float inv, float half_inv) {
+    const float m = 12582912.0f;
+    u32 c[8];
 #pragma unroll
-    for (int stride = 1, shift = 4; stride < 8; stride *= 2, shift *= 2) {
-#pragma unroll
-        for (int i = 0; i < 8; i += 2 * stride) c[i] += c[i + stride] << shift;
+    for (int i = 0; i < 8; ++i) {
+        const float a = abs_f32(x[i]);
+        c[i] = f32_bits(min_f32(min_f32(fma_rn(a, two_inv, m), fma_rn(a, inv, m + 2.0f)), fma_rn(a, half_inv, m + 4.0f)));
     }
-    return c[0] - bias;
+    return e2m1x8_pack_biased(c);
 }
 
 // The sign bits (bit 3 of each nibble) of eight floats. v is always a
@@ -90,6 +116,14 @@ FP4Q_DEVICE u32 e2m1x8(const float (&v)[8], u32 w0, u32 w1, u32 w2, u32 w3) {
         const u32 signs = INPUT_SIGNS ? e2m1x8_input_signs(w0, w1, w2, w3) : e2m1x8_signs(v);
         return e2m1x8_magnitudes<CLAMP>(v) | signs;
     }
+}
+
+// The fast variant of e2m1x8 for a power-of-two inverse scale, from the
+// inputs x (the four packed words they came from) and the three factors of
+// e2m1x8_pow2_magnitudes; software conversion only.
+FP4Q_DEVICE u32 e2m1x8_pow2(const float (&x)[8], u32 w0, u32 w1, u32 w2, u32 w3, float two_inv, float inv,
+                            float half_inv) {
+    return e2m1x8_pow2_magnitudes(x, two_inv, inv, half_inv) | e2m1x8_input_signs(w0, w1, w2, w3);
 }
 
 // The general conversion, exact for every product.

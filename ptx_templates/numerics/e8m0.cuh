@@ -13,8 +13,22 @@ FP4Q_DEVICE int floor_log2(u32 bits) {
 // the smallest e with 2^e >= amax/6 (amax * R6 in float32). amax == 0 (or
 // amax * R6 underflowing to 0) gives -127, amax == Inf gives 127, everything
 // clamps to [-127, 127].
+//
+// The common case first, in a few integer operations on the float's bits:
+// rceil, t normal and below 2^127 (or 0): ceil(log2 t) is t's exponent
+// field, plus one unless its mantissa is 0, so (t + 0x7FFFFF) >> 23 - 127,
+// in [-126, 127] there; t == 0 gives -127 the same way. floor, amax normal
+// and finite (or 0): floor(log2(amax)) - 2 is its exponent field - 129,
+// clamped at -127 (which also takes amax == 0). These are the general
+// code's values on those inputs, which it keeps for the rest (subnormal t
+// or amax, Inf, NaN).
 template <bool RCEIL>
 FP4Q_DEVICE int mx_exponent(float amax) {
+    const u32 t = RCEIL ? f32_bits(mul_rn(amax, f32_from_bits(0x3E2AAAABu))) : f32_bits(amax);
+    if (__builtin_expect((t - 0x00800000u < (RCEIL ? 0x7E800000u : 0x7F000000u)) | (t == 0u), 1)) {
+        const int e = RCEIL ? static_cast<int>((t + 0x7FFFFFu) >> 23) - 127 : static_cast<int>(t >> 23) - 129;
+        return e < -127 ? -127 : e;
+    }
     if (!(amax > 0.0f)) return -127;
     if (amax == f32_from_bits(0x7F800000u)) return 127;
     int e;

@@ -31,6 +31,15 @@ FP4Q_DEVICE u32 max_x2(u32 a, u32 b) {
     }
 }
 
+// Per-lane maximum of two pairs; a NaN lane wins.
+FP4Q_DEVICE u32 max_nan_x2(u32 a, u32 b) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return max_nan_f16x2(a, b);
+    } else {
+        return max_nan_bf16x2(a, b);
+    }
+}
+
 // Both elements of a pair with the sign bits cleared.
 constexpr u32 MAGNITUDE_X2 = 0x7FFF7FFFu;
 
@@ -48,5 +57,15 @@ FP4Q_DEVICE u32 max_nan_abs_x2(u32 a, u32 b) {
         return max_nan_f16x2(a & MAGNITUDE_X2, b & MAGNITUDE_X2);
     } else {
         return max_nan_bf16x2(a & MAGNITUDE_X2, b & MAGNITUDE_X2);
+    }
+}
+
+// Two float32 results rounded to nearest even into the input type, packed as
+// the input is (`lo` the low half): what the unfused composition stores.
+FP4Q_DEVICE u32 round_to_input_x2(float hi, float lo) {
+    if constexpr (FP4Q_INPUT_FP16) {
+        return cvt_rn_f16x2_f32(hi, lo);
+    } else {
+        return cvt_rn_bf16x2_f32(hi, lo);
     }
 }

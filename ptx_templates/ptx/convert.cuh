@@ -25,6 +25,13 @@ FP4Q_DEVICE u32 cvt_rn_bf16x2_f32(float hi, float lo) {
     return d;
 }
 
+// Two floats to two halves (round to nearest even): `hi` in bits 16..31, `lo` in 0..15.
+FP4Q_DEVICE u32 cvt_rn_f16x2_f32(float hi, float lo) {
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
 FP4Q_DEVICE float cvt_f32_f16(u16 h) {
     float d;
     asm("cvt.f32.f16 %0, %1;" : "=f"(d) : "h"(h));

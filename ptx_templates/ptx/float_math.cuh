@@ -23,9 +23,29 @@ FP4Q_DEVICE float add_rn(float a, float b) {
     return d;
 }
 
+FP4Q_DEVICE float sub_rn(float a, float b) {
+    float d;
+    asm("sub.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
+FP4Q_DEVICE float sqrt_rn(float a) {
+    float d;
+    asm("sqrt.rn.f32 %0, %1;" : "=f"(d) : "f"(a));
+    return d;
+}
+
 FP4Q_DEVICE float rcp_rn(float a) {
     float d;
     asm("rcp.rn.f32 %0, %1;" : "=f"(d) : "f"(a));
+    return d;
+}
+
+// MUFU.RCP: 1 / a to about an ulp, subnormal inputs flushed (the start of
+// rcp.rn's own fast path; numerics/e4m3.cuh: rcp_rn_normal).
+FP4Q_DEVICE float rcp_approx_ftz_f32(float a) {
+    float d;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
     return d;
 }
 
@@ -92,6 +112,13 @@ FP4Q_DEVICE u32 max_nan_xorsign_abs_f16x2(u32 a, u32 b) {
 FP4Q_DEVICE float max_nan_f32(float a, float b) {
     float d;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
+// NaN-propagating minimum: a NaN operand gives NaN.
+FP4Q_DEVICE float min_nan_f32(float a, float b) {
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
     return d;
 }
 

@@ -43,6 +43,11 @@ import numpy as np
 import fp4q
 import timing
 from fp4q import reference
+try:
+    import torch
+    import fp4q.torch as ft
+except ImportError:
+    torch = None
 
 assert fp4q.__file__.startswith(sys.argv[1]), fp4q.__file__
 shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[3].split(",")]
@@ -53,14 +58,19 @@ ops, digests = {}, {}
 # The ops at one shape and the digests of their outputs: a function, so that each
 # shape's lambdas keep that shape's arrays (a loop body would leave every lambda
 # with the last shape's).
+# The swizzled scales' shape, written out: the trees' own helpers take different arguments.
+def swizzled(m, groups):
+    return (-(-m // 128), -(-groups // 4), 32, 4, 4)
+
+
 def shape_ops(m, k):
     x = cp.asarray((rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
     tsf = float(reference.global_scale(cp.asnumpy(x)))
     tsf_dev = cp.asarray(np.float32(tsf)).reshape(())
     q = cp.empty((m, k // 2), cp.uint8)
-    sf = cp.empty(fp4q.swizzled_sf_shape(m, k), cp.uint8)
+    sf = cp.empty(swizzled(m, k // 16), cp.uint8)
     qm = cp.empty((m, k // 2), cp.uint8)
-    sfm = cp.empty(fp4q.swizzled_sf_shape(m, k, "mxfp4"), cp.uint8)
+    sfm = cp.empty(swizzled(m, k // 32), cp.uint8)
     y = cp.empty((m, k), cp.uint16)
     qd, sfd = cp.empty_like(q), cp.empty_like(sf)
     shape_fns = {
@@ -72,6 +82,12 @@ def shape_ops(m, k):
         "dequantize_nvfp4": lambda: fp4q.dequantize_nvfp4(q, sf, tsf, out=y),
         "global_scale": lambda: fp4q.global_scale(x),
     }
+    if torch is not None:  # the torch wrapper and the registered op, on torch tensors and torch's allocator
+        xt = torch.as_tensor(x, device="cuda").view(torch.bfloat16)
+        qt, sft = torch.empty((m, k // 2), dtype=torch.uint8, device="cuda"), torch.empty(
+            swizzled(m, k // 16), dtype=torch.uint8, device="cuda")
+        shape_fns["torch quantize_nvfp4 out="] = lambda: ft.quantize_nvfp4(xt, tsf, out=qt, sf_out=sft)
+        shape_fns["torch.ops.fp4q.quantize_nvfp4"] = lambda: torch.ops.fp4q.quantize_nvfp4.default(xt, tsf)
     for fn in shape_fns.values():
         fn()
     fp4q.quantize_nvfp4(x, tsf, out=q, sf_out=sf)

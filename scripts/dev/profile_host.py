@@ -43,11 +43,9 @@ def floors() -> None:
 
     import fp4q
     import fp4q.torch  # noqa: F401 - registers torch.ops.fp4q
-    from fp4q.cuda.driver import device
-    from fp4q.jit.loader import get_kernel
-    from fp4q.ops.plans import KernelLaunch
-    from fp4q.kernels.walk import unit_divisor
-    from fp4q.ops.quantize import SIMT_ARGS
+    from fp4q.ops.api import QUANTIZE_NVFP4
+    from fp4q.ops.arrays import as_operand
+    from fp4q.ops.engine import plan_of
     from scripts.bench import timing
 
     dev = torch.device("cuda", 0)
@@ -71,14 +69,10 @@ def floors() -> None:
     lib.define(f"allocate{schema} -> (Tensor, Tensor)")
     lib.impl("allocate", allocate, "CUDA")
     op = torch.ops.fp4q.quantize_nvfp4
-    # The kernel a call at this shape runs (the vector kernel), with the call path's grid.
-    vector = fp4q.config_for(xt, 1.0)
-    kernel = get_kernel(vector.spec, 0)
-    grid = vector.spec.grid.size(vector.work_items(16, 4096, True), device(0).sm_count, kernel.ctas_per_sm)
-    launch = KernelLaunch(vector, kernel, grid, SIMT_ARGS, fixed=unit_divisor(vector.units_per_row(4096, True)))
-    by_name = dict(x=xt.data_ptr(), q=qt.data_ptr(), sf=sft.data_ptr(), x_row_stride=4096, rows=16, cols=4096,
-                   tensor_sf_value=1.0, tensor_sf_ptr=0)
-    values = tuple(by_name[name] for name in SIMT_ARGS)
+    # The launch a call at this shape runs (the vector kernel), as its plan keeps it.
+    fp4q.quantize_nvfp4(xt, 1.0, out=qt, sf_out=sft)
+    (launch,) = plan_of(QUANTIZE_NVFP4, as_operand(xt, "x"), ("swizzled",), None).launches.values()
+    values = [xt.data_ptr(), qt.data_ptr(), sft.data_ptr(), 1.0, 0]
     stream = torch.cuda.current_stream(dev).cuda_stream
     rows = [
         ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),

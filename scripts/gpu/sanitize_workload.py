@@ -65,7 +65,7 @@ def main() -> int:
             x = cp.asarray(bits)
             if k % cfg.sf_vec_size or (name in SIMT and cfg.vector and k % cfg.vector_elements):
                 continue  # a K the config refuses (the vector kernel's units of two groups need even groups)
-            mx = cfg.sf_vec_size == 32
+            mx = cfg.fmt == "mxfp4"
             for layout in ("swizzled", "linear"):
                 for device_sf in (False,) if mx else (False, True):
                     if mx:
@@ -91,6 +91,7 @@ def main() -> int:
     failures += dequantize_pass(rng, start, dequantize_configs)
     failures += dynamic_order_pass(rng, start, dequantize_configs)
     failures += global_scale_pass(rng, start)
+    failures += prologue_pass(rng, start, args.emulate_sm80)
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
@@ -168,6 +169,31 @@ def global_scale_pass(rng, start: float) -> int:
             failures += 1
             print(f"MISMATCH global scale {m}x{k}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  global scale and dynamic quantize", flush=True)
+    return failures
+
+
+def prologue_pass(rng, start: float, emulate_sm80: bool) -> int:
+    """SiLU·mul into NVFP4 on ragged shapes, into 0xFF-filled outputs: the default call, the plain and
+    vector kernels, the TMA kernel (not under --emulate-sm80) and the dynamic scale (one launch, and the
+    two passes an explicit config takes)."""
+    failures = 0
+    configs = [None, SIMT["simt_256"], SIMT["vec_128"]]
+    if not emulate_sm80:
+        configs.append(fp4q.QuantizeConfig(tile_k=64, output_box_k=32, output_swizzle=32, num_stages=2,
+                                           consumer_warpgroups=1))
+    for m, n in [(129, 1088), (5, 64), (300, 512), DYNAMIC_SHAPE]:
+        bits = (rng.standard_normal((m, 2 * n), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        x = cp.asarray(bits)
+        for config in configs:
+            for tensor_sf in (0.75, "dynamic"):
+                want = reference.silu_and_mul_quantize_nvfp4(bits, tensor_sf)
+                out = cp.full(want[0].shape, 0xFF, dtype=cp.uint8)
+                sf_out = cp.full(want[1].shape, 0xFF, dtype=cp.uint8)
+                got = fp4q.silu_and_mul_quantize_nvfp4(x, tensor_sf, out=out, sf_out=sf_out, config=config)
+                if not all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want)):
+                    failures += 1
+                    print(f"MISMATCH silu_and_mul {config} {m}x{2 * n} {tensor_sf}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  SiLU·mul", flush=True)
     return failures
 
 

@@ -6,7 +6,8 @@
 The first form compiles each variant of ``all_variants(arch)`` of the tree
 the script sits in (``TREE/scripts/gpu/sass_dump.py`` puts ``TREE`` first on
 ``sys.path``, ahead of any installed fp4q, so that two checkouts can be
-dumped and compared) plus the numerics probe into a throw-away binary cache and writes ``cuobjdump -sass``
+dumped and compared), plus the numerics probe of trees that shipped it, into a throw-away binary cache
+and writes ``cuobjdump -sass``
 of each cubin to ``OUT_DIR/<arch>/<variant>.sass`` (with ``--match``, only
 the variants whose name the regular expression matches, from its start). The second form lists the
 variants whose SASS differs (or exists on one side only) and exits non-zero
@@ -60,10 +61,11 @@ def _fp4q():
     cache = _import_first("fp4q.jit.cache", "fp4q.cache")
     if hasattr(render, "render_numerics_probe"):  # a tree whose renderer takes configs
         render_config, render_probe = render.render, render.render_numerics_probe
-    else:  # configs describe their kernels as specs
+    else:  # configs describe their kernels as specs; the probe is a test kernel where the tree has none
         quantize = importlib.import_module("fp4q.kernels.quantize")
         render_config = lambda cfg: render.render(cfg.spec)  # noqa: E731
-        render_probe = lambda arch: render.render(quantize.numerics_probe_spec(arch))  # noqa: E731
+        probe = getattr(quantize, "numerics_probe_spec", None)
+        render_probe = None if probe is None else (lambda arch: render.render(probe(arch)))
     return argparse.Namespace(
         all_variants=variants.all_variants,
         render=render_config,
@@ -131,7 +133,7 @@ def dump(out_dir: pathlib.Path, archs: list[str], jobs: int, match: str | None =
             arch_dir.mkdir(exist_ok=True)
             sources = {name: api.render(cfg) for name, cfg in api.all_variants(arch).items()
                        if match is None or re.match(match, name)}
-            if match is None or re.match(match, "numerics_probe"):
+            if api.render_numerics_probe is not None and (match is None or re.match(match, "numerics_probe")):
                 sources["numerics_probe"] = api.render_numerics_probe(arch)
             files = {}
             for name, source in sources.items():

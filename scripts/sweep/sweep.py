@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -36,6 +37,7 @@ from fp4q.cuda.driver import gpu_status  # noqa: E402
 from fp4q.jit.cache import BinaryCache  # noqa: E402
 from fp4q.jit.render import render  # noqa: E402
 from fp4q.jit.compiler import compile_source  # noqa: E402
+from fp4q.kernels.call import CallFields  # noqa: E402
 from fp4q.kernels.rules import ConfigError  # noqa: E402
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig  # noqa: E402
 from fp4q.kernels.spec import Swizzle  # noqa: E402
@@ -74,7 +76,7 @@ def _inputs_for(tile_k: int, swizzle: Swizzle) -> dict:
 def config_space(name: str) -> dict[str, QuantizeConfig | SimtConfig]:
     """Named valid configs of a search space ('shipped', 'small' or 'full'): TMA
     configs and the vector SIMT kernel (the small-input candidate)."""
-    vector = {n: c for n, c in SIMT.items() if c.vector and c.sf_vec_size == 16}
+    vector = {n: c for n, c in SIMT.items() if c.vector and c.fmt == "nvfp4"}
     if name == "shipped":
         return {**SHIPPED, **vector}
     if name == "small":
@@ -222,8 +224,8 @@ def gpu_sweep(args) -> list[dict]:
 def _compiled_forms(configs: dict, op: str) -> list:
     """The configs as the calls will build them (MXFP4 and dequantize take the call's format fields)."""
     if op.startswith("dequantize"):
-        fmt, mode = ("mxfp4", "none") if op == "dequantize_mx" else ("nvfp4", "value")
-        return [c.replace(fmt=fmt, out_dtype="bfloat16", tensor_sf_mode=mode) for c in configs.values()]
+        fmt = "mxfp4" if op == "dequantize_mx" else "nvfp4"
+        return [c.replace(fmt=fmt, out_dtype="bfloat16") for c in configs.values()]
     return list(configs.values())
 
 
@@ -316,8 +318,9 @@ def merged_table(old: dict, best: dict[str, dict], configs, meta: dict, crossove
     sweep measured one."""
     entries = dict(old.get("entries", {}))
     for cls, b in best.items():
+        call_fields = {f.name for f in dataclasses.fields(CallFields)}
         fields = {f: (int(v) if isinstance(v, Swizzle) else v) for f, v in configs[b["config"]].__dict__.items()
-                  if f not in ("arch", "sf_layout", "tensor_sf_mode", "input_dtype")}
+                  if f not in call_fields}
         entries[cls] = dict(measured_on=b["measured_on"], pct_of_copy=b["pct_of_copy"], date=meta["date"],
                             config=fields)
     for cls, entry in entries.items():

@@ -49,7 +49,7 @@ class Quantize:
     def configs(self, space):
         if self.fmt == "nvfp4":
             return space
-        vector = {n: c for n, c in SIMT.items() if c.vector and c.sf_vec_size == 32 and c.mx_mode == "rceil"}
+        vector = {n: c for n, c in SIMT.items() if c.vector and c.fmt == "mxfp4" and c.mx_mode == "rceil"}
         return {**{n: c for n, c in SHIPPED_MX.items() if c.mx_mode == "rceil"}, **vector}
 
     def prepare(self, m, k, rng):

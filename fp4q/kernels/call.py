@@ -1,0 +1,89 @@
+"""The fields a call fixes on every kernel config, apart from the tuning knobs.
+
+A config class (``QuantizeConfig``, ``SimtConfig``, ``DequantizeConfig``, ...)
+inherits ``CallFields`` and adds its own knobs (tiles, stages, threads, load
+widths). A user builds a config from knobs alone; the ops layer sets the
+call's fields (``replace``) from the arguments and the device: the format,
+the MXFP4 rounding mode, the scale layout, how the tensor scale arrives, the
+input and output dtypes, the compile target. They are checked here, once,
+for every config class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..numerics.formats import FORMATS, MX_MODES
+from ..numerics.reference import OUT_DTYPES
+from .archs import check_arch
+from .rules import check_choice, require
+
+INPUT_DTYPES = ("bfloat16", "float16")
+# The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
+SF_LAYOUTS = ("swizzled", "linear")
+# What a quantize kernel computes from x before quantizing it (none: x itself), and the public
+# op name's prefix for each.
+PROLOGUES = ("none", "silu_mul")
+PROLOGUE_OPS = {"silu_mul": "silu_and_mul"}
+# How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
+# its kernels take the by-value argument and never read it.
+TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
+
+C = TypeVar("C", bound="CallFields")
+
+
+@dataclass(frozen=True)
+class CallFields:
+    """The per-call fields of a kernel: each config reads those its kernel depends on
+    and carries the others unchanged."""
+
+    fmt: str = "nvfp4"
+    mx_mode: str = "rceil"
+    sf_layout: str = "swizzled"
+    tensor_sf_mode: str = "value"
+    input_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    prologue: str = "none"
+    arch: str = "sm_90a"
+
+    def __post_init__(self) -> None:
+        check_arch(self.arch)
+        check_choice("prologue", self.prologue, PROLOGUES)
+        check_choice("fmt", self.fmt, FORMATS)
+        check_choice("mx_mode", self.mx_mode, MX_MODES)
+        check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
+        modes = TENSOR_SF_MODES[self.fmt]
+        require(self.tensor_sf_mode in modes,
+                f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={self.fmt!r}, "
+                f"got {self.tensor_sf_mode!r}")
+        self.check()
+
+    def check(self) -> None:
+        """The config's own rules on its knobs (and their combination with the call's fields)."""
+
+    @property
+    def reads(self) -> int:
+        """The input rows a quantize kernel's unit reads: x's, or SiLU·mul's two halves."""
+        return 2 if self.prologue == "silu_mul" else 1
+
+    @property
+    def prologue_op(self) -> str:
+        """The public op name's prefix of the prologue (``silu_and_mul``)."""
+        return PROLOGUE_OPS[self.prologue]
+
+    @property
+    def prologue_constant(self) -> tuple[str, int]:
+        """The templates' PROLOGUE (kernels/steps.cuh: the prologue's load and transform steps)."""
+        return ("PROLOGUE", PROLOGUES.index(self.prologue))
+
+    @property
+    def sf_vec_size(self) -> int:
+        """The elements one scale covers: 16 (NVFP4) or 32 (MXFP4)."""
+        return 16 if self.fmt == "nvfp4" else 32
+
+    def replace(self: C, **changes) -> C:
+        return dataclasses.replace(self, **changes)

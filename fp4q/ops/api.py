@@ -1,0 +1,54 @@
+"""The public functions of the CuPy API, one per declared op, and ``config_for``.
+
+Every function is written from its op's declaration (``entry``) and runs the one
+call path (``engine.runner(op)``) with outputs from CuPy's pool (``outputs``)."""
+
+from __future__ import annotations
+
+from ..cuda import driver
+from ..numerics.groups import require_choice
+from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
+from .declare import Op
+from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
+from .engine import plan_of, runner
+from .entry import function
+from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
+from .global_scale import GLOBAL_SCALE
+from .outputs import cupy_outputs
+from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, resolve_config
+
+# Every public op, in the order the documentation lists them.
+OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
+                       DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+
+_BODY = "    return RUN(ARGS, ALLOCATE)\n"
+_FUNCTIONS = {op.name: function(op, _BODY, {"RUN": runner(op), "ALLOCATE": cupy_outputs}) for op in OPS}
+
+quantize_nvfp4 = _FUNCTIONS["quantize_nvfp4"]
+quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]
+dequantize_nvfp4 = _FUNCTIONS["dequantize_nvfp4"]
+dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
+global_scale = _FUNCTIONS["global_scale"]
+silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
+silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
+
+
+def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,
+               config=None):
+    """The config (``QuantizeConfig`` or ``SimtConfig``) that ``quantize_nvfp4`` (``fmt="nvfp4"``)
+    or ``quantize_mxfp4`` (``fmt="mxfp4"``) with these arguments would launch on ``x``'s
+    device; ``None`` for an empty ``x``. Outputs it would allocate count as aligned."""
+    require_choice(fmt, "fmt", ("nvfp4", "mxfp4"))
+    op = QUANTIZE_NVFP4 if fmt == "nvfp4" else QUANTIZE_MXFP4
+    main = as_operand(x, "x")
+    plan = plan_of(op, main, (sf_layout,) if fmt == "nvfp4" else (mode, sf_layout), config)
+    scale_mode = (tensor_scale(tensor_sf, plan.view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
+    if config is not None:
+        op.kernels.check_config(op, config)
+    if plan.empty:
+        return None
+    pointers = [main[PTR], 0, 0]
+    for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
+        if buf is not None:
+            pointers[i] = as_operand(buf, name)[PTR]
+    return resolve_config(config, plan, pointers, scale_mode, driver.device(plan.view.device).arch)

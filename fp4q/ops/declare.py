@@ -1,0 +1,223 @@
+"""What a public op is, declared once: its arguments, with their roles and rules.
+
+An ``Op`` lists its main input (a row-major array whose rows the kernels
+walk), further inputs, its tensor scale, its keyword options and its outputs;
+each of them knows its shape, dtypes and allocation role as a function of
+what the call's main input and options fix (a ``Geometry``). From the
+declaration alone come the boundary checks and their messages, the plan key,
+the outputs' allocation, the kernel's launch values (``Op.slots``), the
+public function's signature and docstring (``entry``), the torch schemas,
+ops and fakes (``fp4q.torch``) and the API table. What stays per op family
+is the kernel choice (``kernels``: which config serves a call, and how it is
+launched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from ..kernels.spec import Extent
+from ..numerics.formats import GROUP_SIZE
+from ..numerics.groups import require_choice
+from ..numerics.layouts import tiles_shape
+from .arrays import Q_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
+from .checks import RowsView, rows_view
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the main input and the options of one kind of call fix: the view of the
+    main input, the format, the values per row (K) and their groups, the options."""
+
+    view: RowsView
+    fmt: str
+    k: int
+    options: Mapping[str, Any]
+
+    @property
+    def groups(self) -> int:
+        return self.k // GROUP_SIZE[self.fmt]
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        return self.view.lead_shape
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The main input: a row-major array ``(..., W)`` whose leading dimensions flatten to
+    rows, the last contiguous. ``dtypes`` maps each accepted dtype to what the kernel
+    config's ``field`` (if any) takes for it; ``what`` names them in messages; K (the
+    values per row) is ``per_element * W``, or ``W // 2`` with ``halves`` (a row holds
+    two operands of K values each, as SiLU·mul's gate and up), and must be a multiple
+    of the format's group."""
+
+    name: str
+    dtypes: Mapping[str, str]
+    what: str
+    per_element: int = 1
+    field: str | None = None
+    halves: bool = False
+    doc: str = ""
+
+    def view(self, a: Operand, op: "Op") -> RowsView:
+        return rows_view(a, self.name, self.dtypes, self.what, self.per_element, GROUP_SIZE[op.fmt],
+                         f" for {op.name}", self.halves)
+
+    def k(self, view: RowsView) -> int:
+        """K, the values per row of what is quantized."""
+        return view.width // 2 if self.halves else self.per_element * view.width
+
+    def extent(self, g: Geometry) -> Extent:
+        v = g.view
+        return Extent(v.rows, v.width, v.row_stride * v.itemsize)
+
+
+@dataclass(frozen=True)
+class Array:
+    """An array argument other than the main input, its shape fixed by the geometry:
+    an input (``output=False``) the kernel reads, or an output it writes, which the call
+    allocates where the caller passes none. ``kind`` is what it holds:
+    ``"codes"`` (packed e2m1 pairs, ``(..., K // 2)``), ``"scales"`` (the format's scale
+    bytes in the ``sf_layout`` option's layout), ``"values"`` (``(..., K)`` in the
+    ``dtype`` option's dtype), ``"scalar"`` (one float32, with the scratch space the
+    chosen launch asks for after it: allocated once the launch is known)."""
+
+    name: str
+    kind: str
+    output: bool = True
+    doc: str = ""
+
+    def shape(self, g: Geometry) -> tuple[int, ...]:
+        if self.kind == "codes":
+            return g.lead + (g.k // 2,)
+        if self.kind == "scales":
+            if g.options["sf_layout"] == "swizzled":
+                return tiles_shape(g.view.rows, g.groups)
+            return g.lead + (g.groups,)
+        if self.kind == "values":
+            return g.lead + (g.k,)
+        return ()
+
+    def dtypes(self, g: Geometry) -> tuple[str, ...]:
+        if self.kind == "codes":
+            return Q_DTYPES
+        if self.kind == "scales":
+            return SF_DTYPES[g.fmt]
+        if self.kind == "values":
+            return VALUE_DTYPES[g.options["dtype"]]
+        return ("float32",)
+
+    def role(self, g: Geometry) -> str:
+        """What an allocator makes for it (``ops.outputs``)."""
+        if self.kind == "scales":
+            return f"sf_{g.fmt}"
+        if self.kind == "values":
+            return g.options["dtype"]
+        return "q" if self.kind == "codes" else "scale"
+
+    def extent(self, g: Geometry) -> Extent:
+        if self.kind == "codes":
+            return Extent(g.view.rows, g.k // 2, g.k // 2)
+        return Extent(g.view.rows, g.groups, 0)
+
+    @property
+    def late(self) -> bool:
+        """Allocated after the launch is chosen (its size depends on it)."""
+        return self.kind == "scalar"
+
+
+@dataclass(frozen=True)
+class TensorScale:
+    """The NVFP4 tensor scale: a float (passed by value) or a device float32 scalar (read
+    by the kernel); with ``dynamic``, also the string ``"dynamic"``: the scale is computed
+    on the device and returned after the outputs."""
+
+    name: str = "tensor_sf"
+    dynamic: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A keyword option that takes one of ``choices``; ``field`` is the kernel config's
+    field it sets (``kernels.call.CallFields``), if any."""
+
+    name: str
+    choices: tuple[str, ...]
+    default: str
+    field: str | None = None
+    doc: str = ""
+
+    def check(self, value) -> None:
+        require_choice(value, self.name, self.choices)
+
+
+class Kernels(Protocol):
+    """The kernel choice of an op family."""
+
+    def check_config(self, op: "Op", config) -> None:
+        """Raise where ``config`` (not None) cannot serve ``op``'s calls."""
+
+    def resolve(self, plan, mode: str, pointers: list[int], config) -> Any:
+        """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` and these
+        pointers (only their low four bits may matter: the choice is kept per them)."""
+
+
+DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap in plan keys
+class Op:
+    """One public operation: ``main`` (the input its kernels walk by rows), further
+    ``inputs``, its ``tensor_scale`` (NVFP4 ops), keyword ``options``, and its ``outputs``
+    in the order returned; ``fmt`` is the format whose group K must be a multiple of;
+    ``kernels`` chooses and launches its kernels; ``call``: kernel config fields the op
+    fixes (``kernels.call.CallFields``: its prologue). ``out_keywords``: the caller may pass
+    the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config."""
+
+    name: str
+    summary: str
+    doc: str
+    fmt: str
+    main: Rows
+    outputs: tuple[Array, ...]
+    kernels: Kernels
+    inputs: tuple[Array, ...] = ()
+    tensor_scale: TensorScale | None = None
+    options: tuple[Choice, ...] = ()
+    call: Mapping[str, str] = field(default_factory=dict)
+    out_keywords: bool = True
+    configurable: bool = True
+    slots: tuple[tuple[str, str], ...] = field(init=False)
+    dynamic_slots: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        arrays = (self.main.name, *(a.name for a in self.inputs),
+                  *(o.name for o in self.outputs if not o.late))
+        slots = tuple((name, "ptr") for name in arrays)
+        scale = self.tensor_scale
+        if scale is not None:
+            slots += ((f"{scale.name}_value", "f32"), (f"{scale.name}_ptr", "ptr"))
+        slots += tuple((o.name, "ptr") for o in self.outputs if o.late)
+        object.__setattr__(self, "slots", slots)
+        # tensor_sf="dynamic": the scale is one more output, written by the launch.
+        dynamic = slots + ((f"{scale.name}_out", "ptr"),) if scale is not None and scale.dynamic else slots
+        object.__setattr__(self, "dynamic_slots", dynamic)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.tensor_scale is not None and self.tensor_scale.dynamic
+
+    def option_values(self, options: tuple) -> dict[str, Any]:
+        """The options by name, each checked against its rule."""
+        for choice, value in zip(self.options, options):
+            choice.check(value)
+        return {choice.name: value for choice, value in zip(self.options, options)}
+
+    def geometry(self, main: Operand, options: tuple) -> Geometry:
+        """The rules on the options and the main input, in the order of their messages."""
+        values = self.option_values(options)
+        view = self.main.view(main, self)
+        return Geometry(view, self.fmt, self.main.k(view), values)
