@@ -4,7 +4,6 @@ canned SASS written for these tests, and one real kernel per target (NVRTC and n
 from __future__ import annotations
 
 import pathlib
-import shutil
 import sys
 import tempfile
 
@@ -322,7 +321,7 @@ def _kernel(arch: str, name: str) -> si.Kernel:
 
 
 needs_tools = pytest.mark.skipif(
-    shutil.which("nvdisasm") is None and not any(pathlib.Path(p).glob("nvidia/*/bin/nvdisasm") for p in sys.path),
+    si.nvdisasm_path() is None,
     reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
 
 

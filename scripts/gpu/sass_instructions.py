@@ -161,14 +161,22 @@ def source_origins(spec) -> list[tuple[str, int]]:
     return out
 
 
-def find_nvdisasm() -> str:
+def nvdisasm_path() -> str | None:
+    """nvdisasm from PATH, else from the pip wheel's ``nvidia/*/bin``; None where neither has it."""
     found = shutil.which("nvdisasm")
     if found:
         return found
     for entry in map(pathlib.Path, sys.path):
         for candidate in sorted(entry.glob("nvidia/*/bin/nvdisasm")):
             return str(candidate)
-    raise SystemExit("nvdisasm not found: put it on PATH, or pip install nvidia-cuda-nvdisasm")
+    return None
+
+
+def find_nvdisasm() -> str:
+    found = nvdisasm_path()
+    if found is None:
+        raise SystemExit("nvdisasm not found: put it on PATH, or pip install nvidia-cuda-nvdisasm")
+    return found
 
 
 def _compile_with_line_info(src) -> bytes:
