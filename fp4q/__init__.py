@@ -22,8 +22,10 @@ from .kernels.rules import ConfigError
 from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
+from .kernels.rows import RowConfig
 from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
-                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4)
+                      rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4, silu_and_mul_quantize_mxfp4,
+                      silu_and_mul_quantize_nvfp4)
 
 __all__ = [
     "__version__",
@@ -31,6 +33,8 @@ __all__ = [
     "quantize_mxfp4",
     "silu_and_mul_quantize_nvfp4",
     "silu_and_mul_quantize_mxfp4",
+    "rms_norm_quantize_nvfp4",
+    "rms_norm_quantize_mxfp4",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
@@ -39,6 +43,7 @@ __all__ = [
     "DequantizeConfig",
     "DequantizeSimtConfig",
     "QuantizeConfig",
+    "RowConfig",
     "SimtConfig",
     "Swizzle",
     "default_config",

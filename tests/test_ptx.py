@@ -67,6 +67,7 @@ MNEMONICS = {
     "ld_shared_u32": "ld.shared.u32",
     "ld_global_f32": "ld.global.f32",
     "ld_global_nc_v4": "ld.global.nc.v4",
+    "ld_global_v4": "ld.global.v4",
     "ld_global_nc_u32": "ld.global.nc.u32",
     "ld_global_nc_u16": "ld.global.nc.u16",
     "st_global_v4": "st.global.v4",
@@ -126,6 +127,8 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= vote_sync_any_pred(bits > 7u) ? 1u : 0u;
     u32 g0, g1, g2, g3;
     ld_global_nc_v4(x + 4 * threadIdx.x, g0, g1, g2, g3);
+    bits ^= g0 ^ g1 ^ g2 ^ g3;
+    ld_global_v4(x + 4 * threadIdx.x + 64, g0, g1, g2, g3);
     bits ^= g0 ^ g1 ^ g2 ^ g3;
     bits ^= ld_global_nc_u32(x + threadIdx.x + 2) ^ ld_global_nc_u16(x + threadIdx.x + 3);
     if constexpr (FP4Q_HAS_CVT_E2M1) bits ^= cvt_rn_satfinite_e2m1x2_f32(a, b);

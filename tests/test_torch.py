@@ -73,13 +73,18 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("silu_and_mul_quantize_nvfp4", "Tensor"), ("silu_and_mul_quantize_nvfp4", "default"),
              ("silu_and_mul_quantize_nvfp4_out", "Tensor"), ("silu_and_mul_quantize_nvfp4_out", "default"),
              ("silu_and_mul_quantize_nvfp4_dynamic", "default"), ("silu_and_mul_quantize_nvfp4_dynamic_out", "default"),
-             ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default")]
+             ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default"),
+             *[(f"{add}rms_norm_quantize_{fmt}{out}", overload) for add in ("", "add_") for out in ("", "_out")
+               for fmt, overload in (("nvfp4", "Tensor"), ("nvfp4", "default"), ("mxfp4", "default"))]]
 
 
 def test_schemas():
     for name, overload in OVERLOADS:
         schema = getattr(getattr(torch.ops.fp4q, name), overload)._schema
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if name.startswith("add_rms_norm"):  # the residual is written by every form
+            assert mutated[0] == "residual", schema
+            mutated = mutated[1:]
         if name.endswith("_out"):
             assert mutated == (["out", "sf_out"] if "quantize_" in name and not name.startswith("dequantize")
                                else ["out"]), schema
@@ -348,7 +353,23 @@ def _every_op(x, t, y):
     s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
     s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x), *s)
+            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y))
+
+
+def _rms_norm_ops(x, t, residual):
+    """The RMSNorm quantizers, every form; with ``residual`` given, the add+RMSNorm ops (which
+    write it)."""
+    w, out = x.new_ones((x.shape[-1],)), []
+    for res in (None, residual):
+        q, sf = ft.rms_norm_quantize_nvfp4(x, w, t, residual=res)
+        out += [q, sf, *ft.rms_norm_quantize_nvfp4(x, w, 2.0, eps=1e-5, sf_layout="linear", residual=res)]
+        out += ft.rms_norm_quantize_nvfp4(x, w, t, residual=res, out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+        out += ft.rms_norm_quantize_nvfp4(x, w, 2.0, residual=res, out=torch.empty_like(q),
+                                          sf_out=torch.empty_like(sf))
+        mq, msf = ft.rms_norm_quantize_mxfp4(x, w, mode="floor", residual=res)
+        out += [mq, msf, *ft.rms_norm_quantize_mxfp4(x, w, residual=res, out=torch.empty_like(mq),
+                                                     sf_out=torch.empty_like(msf))]
+    return out
 
 
 def _silu_ops(x, t):
@@ -517,7 +538,30 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
+        *_rms_norm_samples(x, t),
     ]
+
+
+def _rms_norm_samples(x, t):
+    """One call of every RMSNorm overload (the residual a new zero tensor each time)."""
+    w, ops = x[0].clone(), torch.ops.fp4q
+    q, sf = ft.rms_norm_quantize_nvfp4(x, w, 0.5)
+    mq, msf = ft.rms_norm_quantize_mxfp4(x, w)
+    sf, msf = sf.view(torch.uint8), msf.view(torch.uint8)
+    samples = []
+    for add, inputs in (("", lambda: (x, w)), ("add_", lambda: (x, w, torch.zeros_like(x)))):
+        samples += [
+            (getattr(ops, f"{add}rms_norm_quantize_nvfp4").default, (*inputs(), 0.5)),
+            (getattr(ops, f"{add}rms_norm_quantize_nvfp4").Tensor, (*inputs(), t, 1e-5, "linear")),
+            (getattr(ops, f"{add}rms_norm_quantize_nvfp4_out").default,
+             (*inputs(), 0.5, torch.empty_like(q), torch.empty_like(sf))),
+            (getattr(ops, f"{add}rms_norm_quantize_nvfp4_out").Tensor,
+             (*inputs(), t, torch.empty_like(q), torch.empty_like(sf))),
+            (getattr(ops, f"{add}rms_norm_quantize_mxfp4").default, (*inputs(), 1e-6, "floor")),
+            (getattr(ops, f"{add}rms_norm_quantize_mxfp4_out").default,
+             (*inputs(), torch.empty_like(mq), torch.empty_like(msf))),
+        ]
+    return samples
 
 
 @gpu

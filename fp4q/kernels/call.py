@@ -24,9 +24,12 @@ INPUT_DTYPES = ("bfloat16", "float16")
 # The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
 SF_LAYOUTS = ("swizzled", "linear")
 # What a quantize kernel computes from x before quantizing it (none: x itself), and the public
-# op name's prefix for each.
-PROLOGUES = ("none", "silu_mul")
-PROLOGUE_OPS = {"silu_mul": "silu_and_mul"}
+# op name's prefix for each. The element-wise ones run in every quantize kernel; the row
+# prologues need a statistic of the whole row first, and run in the row kernel (rows.py).
+ELEMENTWISE_PROLOGUES = ("none", "silu_mul")
+ROW_PROLOGUES = ("rms_norm", "add_rms_norm")
+PROLOGUES = ELEMENTWISE_PROLOGUES + ROW_PROLOGUES
+PROLOGUE_OPS = {"silu_mul": "silu_and_mul", "rms_norm": "rms_norm", "add_rms_norm": "add_rms_norm"}
 # How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
 # its kernels take the by-value argument and never read it.
 TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
@@ -64,6 +67,12 @@ class CallFields:
 
     def check(self) -> None:
         """The config's own rules on its knobs (and their combination with the call's fields)."""
+
+    def check_prologue(self, prologues: tuple[str, ...]) -> None:
+        """The prologues this config's kernel runs are ``prologues``."""
+        require(self.prologue in prologues,
+                f"prologue must be one of {', '.join(map(repr, prologues))} for a {type(self).__name__}, "
+                f"got {self.prologue!r}")
 
     @property
     def reads(self) -> int:

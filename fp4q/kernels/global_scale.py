@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from .archs import target
-from .call import CallFields
+from .call import ELEMENTWISE_PROLOGUES, CallFields
 from .quantize import SimtConfig
 from .rules import check_bool, check_choice, require
 from .spec import KernelSpec, StrideGrid, params, simt_spec
@@ -37,6 +37,7 @@ class AmaxConfig(CallFields):
     def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
         check_bool("vector_loads", self.vector_loads)
+        self.check_prologue(ELEMENTWISE_PROLOGUES)
 
     @property
     def elements_per_unit(self) -> int:
@@ -88,6 +89,7 @@ class FusedDynamicConfig(CallFields):
 
     def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
+        self.check_prologue(ELEMENTWISE_PROLOGUES)
         require(self.fmt == "nvfp4" and self.tensor_sf_mode == "value",
                 f"the one-launch dynamic quantizer is NVFP4 with the scale it derives (fmt='nvfp4', "
                 f"tensor_sf_mode='value'), got fmt={self.fmt!r}, tensor_sf_mode={self.tensor_sf_mode!r}")

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
-from .call import CallFields
+from .call import ELEMENTWISE_PROLOGUES, CallFields
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
 from .spec import (MAX_BOX_DIM, KernelSpec, MapSpec, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
                    simt_spec)
@@ -118,6 +118,7 @@ class QuantizeConfig(CallFields, WarpSpecialized, producer=WARPGROUP, group=WARP
         super().__post_init__()
 
     def check(self) -> None:
+        self.check_prologue(ELEMENTWISE_PROLOGUES)
         if self.fmt == "mxfp4":
             require(
                 self.tile_k % 128 == 0,
@@ -222,6 +223,7 @@ class SimtConfig(CallFields):
     vector_elements: int | None = None  # None: 16 for the vector kernel, 8 otherwise
 
     def check(self) -> None:
+        self.check_prologue(ELEMENTWISE_PROLOGUES)
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         check_bool("vector", self.vector)
         if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs

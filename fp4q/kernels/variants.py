@@ -5,7 +5,7 @@ exercised on the GPU.
 Each target ships these configs fitted to it (``fitted``): on sm_120f (100 KB
 of shared memory per SM) a config that does not fit runs fewer CTAs per SM,
 then fewer stages, and the tiles too large for two stages are left out. The
-pre-Hopper target (no TMA) ships only the SIMT quantizers, the SIMT
+pre-Hopper target (no TMA) ships only the SIMT quantizers, the row kernels, the SIMT
 dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
 """
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import INPUT_DTYPES, PROLOGUES, SF_LAYOUTS, TENSOR_SF_MODES
+from .call import ELEMENTWISE_PROLOGUES, INPUT_DTYPES, ROW_PROLOGUES, SF_LAYOUTS, TENSOR_SF_MODES
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
+from .rows import ROW_UNITS, RowConfig
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
@@ -95,11 +96,11 @@ GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
     **{f"amax_512{'_scalar' if not vector else ''}{'_fp16' if dtype == 'float16' else ''}"
        f"{'' if prologue == 'none' else '_' + prologue}":
        AmaxConfig(vector_loads=vector, input_dtype=dtype, prologue=prologue)
-       for prologue in PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
+       for prologue in ELEMENTWISE_PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
     "global_scale_256": GlobalScaleConfig(),
     **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}{'' if prologue == 'none' else '_' + prologue}":
        FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype, prologue=prologue)
-       for prologue in PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
+       for prologue in ELEMENTWISE_PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
        for dtype in INPUT_DTYPES},
 }
 
@@ -171,7 +172,7 @@ def _call_variants(name: str, cfg) -> dict:
     """``cfg`` in every input dtype, for MXFP4 both rounding modes, and under every prologue (a TMA
     config fitted to the prologue's larger stages): what calls choose it with."""
     out = {}
-    for prologue in PROLOGUES:
+    for prologue in ELEMENTWISE_PROLOGUES:
         for dtype in INPUT_DTYPES:
             for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
                 changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
@@ -184,7 +185,23 @@ def _call_variants(name: str, cfg) -> dict:
     return out
 
 
-def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
+def row_variants(arch: str) -> dict[str, RowConfig]:
+    """The row kernels (RMSNorm, add+RMSNorm) for ``arch``: every unit count, input dtype,
+    format and MXFP4 rounding mode, each the kernel ``rows.for_row`` may pick."""
+    out = {}
+    for prologue in ROW_PROLOGUES:
+        for fmt in FORMATS:
+            for units in ROW_UNITS[fmt]:
+                for dtype in INPUT_DTYPES:
+                    for mode in MX_MODES if fmt == "mxfp4" else ("rceil",):
+                        name = (f"rows_{prologue}_{fmt}_u{units}" + ("_fp16" if dtype == "float16" else "")
+                                + ("_floor" if mode == "floor" else ""))
+                        out[name] = RowConfig(prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype,
+                                              mx_mode=mode, arch=arch)
+    return out
+
+
+def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig]:
     """Every shipped config for ``arch``, duplicates dropped, each in both scale layouts and
     both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
@@ -197,6 +214,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
     candidates = _tma_bases({**SHIPPED, **SHIPPED_MX}, arch)
     for name, cfg in choosable.items():
         candidates.update(_call_variants(name, cfg))
+    candidates.update(row_variants(arch))
     bases: dict = {}
     for name, cfg in candidates.items():
         if cfg not in bases.values():
@@ -213,7 +231,8 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig]:
 
 # The public operations, each by the one name its function has.
 OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
-       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+       "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
+       "add_rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
 
 
 def op_of(cfg) -> str:

@@ -11,18 +11,28 @@ from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
 from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
 from .engine import plan_of, runner
-from .entry import function
+from .entry import body, function
 from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
 from .global_scale import GLOBAL_SCALE
 from .outputs import cupy_outputs
 from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, resolve_config
+from .rms_norm import RMS_NORM_QUANTIZE_MXFP4, RMS_NORM_QUANTIZE_NVFP4
 
 # Every public op, in the order the documentation lists them.
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
-                       DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+                       RMS_NORM_QUANTIZE_NVFP4, RMS_NORM_QUANTIZE_MXFP4, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4,
+                       GLOBAL_SCALE)
+# With the ops a public function runs for an optional input (add+RMSNorm): what torch registers.
+ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_input is not None)
 
-_BODY = "    return RUN(ARGS, ALLOCATE)\n"
-_FUNCTIONS = {op.name: function(op, _BODY, {"RUN": runner(op), "ALLOCATE": cupy_outputs}) for op in OPS}
+
+def _function(op: Op):
+    other = op.with_input[1] if op.with_input is not None else op
+    return function(op, body(op, "RUN", "RUN_WITH"),
+                    {"RUN": runner(op), "RUN_WITH": runner(other), "ALLOCATE": cupy_outputs})
+
+
+_FUNCTIONS = {op.name: _function(op) for op in OPS}
 
 quantize_nvfp4 = _FUNCTIONS["quantize_nvfp4"]
 quantize_mxfp4 = _FUNCTIONS["quantize_mxfp4"]
@@ -31,6 +41,8 @@ dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
 global_scale = _FUNCTIONS["global_scale"]
 silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
 silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
+rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
+rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
 
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,

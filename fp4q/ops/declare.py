@@ -17,11 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
+import numpy as np
+
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
 from ..numerics.groups import require_choice
 from ..numerics.layouts import tiles_shape
-from .arrays import Q_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
+from .arrays import Q_DTYPES, SAME_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
 from .checks import RowsView, rows_view
 
 
@@ -81,12 +83,16 @@ class Array:
     allocates where the caller passes none. ``kind`` is what it holds:
     ``"codes"`` (packed e2m1 pairs, ``(..., K // 2)``), ``"scales"`` (the format's scale
     bytes in the ``sf_layout`` option's layout), ``"values"`` (``(..., K)`` in the
-    ``dtype`` option's dtype), ``"scalar"`` (one float32, with the scratch space the
-    chosen launch asks for after it: allocated once the launch is known)."""
+    ``dtype`` option's dtype), ``"like_row"`` (``(K,)`` in the main input's dtype),
+    ``"like_main"`` (the main input's shape, with K values per row, and dtype),
+    ``"scalar"`` (one float32, with the scratch space the chosen launch asks for after
+    it: allocated once the launch is known). An ``inplace`` input is written too: it
+    must not overlap the main input or an input before it."""
 
     name: str
     kind: str
     output: bool = True
+    inplace: bool = False
     doc: str = ""
 
     def shape(self, g: Geometry) -> tuple[int, ...]:
@@ -96,8 +102,10 @@ class Array:
             if g.options["sf_layout"] == "swizzled":
                 return tiles_shape(g.view.rows, g.groups)
             return g.lead + (g.groups,)
-        if self.kind == "values":
+        if self.kind in ("values", "like_main"):
             return g.lead + (g.k,)
+        if self.kind == "like_row":
+            return (g.k,)
         return ()
 
     def dtypes(self, g: Geometry) -> tuple[str, ...]:
@@ -107,6 +115,8 @@ class Array:
             return SF_DTYPES[g.fmt]
         if self.kind == "values":
             return VALUE_DTYPES[g.options["dtype"]]
+        if self.kind in ("like_row", "like_main"):
+            return SAME_DTYPES[g.view.dtype]
         return ("float32",)
 
     def role(self, g: Geometry) -> str:
@@ -120,6 +130,9 @@ class Array:
     def extent(self, g: Geometry) -> Extent:
         if self.kind == "codes":
             return Extent(g.view.rows, g.k // 2, g.k // 2)
+        if self.kind in ("like_row", "like_main"):
+            rows = 1 if self.kind == "like_row" else g.view.rows
+            return Extent(rows, g.k, g.k * g.view.itemsize)
         return Extent(g.view.rows, g.groups, 0)
 
     @property
@@ -154,6 +167,35 @@ class Choice:
         require_choice(value, self.name, self.choices)
 
 
+@dataclass(frozen=True)
+class Number:
+    """A keyword option that takes a real number, passed to the kernels by value as the
+    float32 launch parameter of its name; ``rule`` says which float32 values it may round
+    to (``"finite, >= 0"``)."""
+
+    name: str
+    default: float
+    doc: str = ""
+
+    @property
+    def field(self) -> None:
+        """No kernel config field: the value is a launch parameter."""
+        return None
+
+    def check(self, value) -> None:
+        self.launch_value(value)
+
+    def launch_value(self, value) -> float:
+        """``value`` rounded to float32 (the kernel parameter's value), after its rules."""
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{self.name} must be a real number, got {value!r} ({type(value).__name__})")
+        with np.errstate(over="ignore"):
+            rounded = np.float32(value) if abs(value) < 2.0**129 else np.float32(np.inf)
+        if not (np.isfinite(rounded) and rounded >= 0):
+            raise ValueError(f"{self.name} must be finite and >= 0 once rounded to float32, got {value!r}")
+        return float(rounded)
+
+
 class Kernels(Protocol):
     """The kernel choice of an op family."""
 
@@ -175,7 +217,8 @@ class Op:
     in the order returned; ``fmt`` is the format whose group K must be a multiple of;
     ``kernels`` chooses and launches its kernels; ``call``: kernel config fields the op
     fixes (``kernels.call.CallFields``: its prologue). ``out_keywords``: the caller may pass
-    the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config."""
+    the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config;
+    ``with_input``: see the field."""
 
     name: str
     summary: str
@@ -186,10 +229,13 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice, ...] = ()
+    options: tuple[Choice | Number, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
+    # An input the function also takes as a keyword (default None) and, given one, runs
+    # this other op, whose inputs end with it (RMSNorm's residual: add+RMSNorm).
+    with_input: tuple[Array, "Op"] | None = None
     slots: tuple[tuple[str, str], ...] = field(init=False)
     dynamic_slots: tuple[tuple[str, str], ...] = field(init=False)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, Array, Geometry, Op
+from .declare import DYNAMIC, Array, Geometry, Number, Op
 from .plans import plans
 from .streams import stream_handle
 
@@ -62,6 +62,7 @@ class Plan:
                                               f"{op.main.name}_row_stride": view.row_stride}
         if op.tensor_scale is None:  # the kernels' by-value tensor scale, never read
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)
+        self.fixed.update((c.name, c.launch_value(g.options[c.name])) for c in op.options if isinstance(c, Number))
         # The kernel configs' call fields these options and this input fix.
         self.call = {c.field: g.options[c.name] for c in op.options if c.field is not None}
         self.call.update(op.call, fmt=op.fmt)
@@ -106,8 +107,8 @@ def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple) -> Plan:
         raise
     if plan is None or plan.config is not config:
         return plans.put(key, Plan(op, main, options, config))
-    for value in options:  # equal to the stored plan's: only a str of another type breaks a rule
-        if type(value) is not str:
+    for value in options:  # equal to the stored plan's: only a str or float of another type breaks a rule
+        if type(value) is not str and type(value) is not float:
             op.option_values(options)
     return plan
 
@@ -159,9 +160,10 @@ def runner_source(op: Op) -> str:
     spans = [f"({op.main.name!r}, (p0, p0 + plan.main_extent))"]
     if ins:
         lines.append(f"    {unpacked([f'i{i}' for i in range(1, len(names))])} = plan.inputs")
-    for i, name in enumerate(names[1:], start=1):
+    for i, (name, array) in enumerate(zip(names[1:], ins), start=1):
+        written = f", ({', '.join(spans)},)" if array.inplace else ""
         lines.append(f"    _, p{i} = check_operand(as_operand(a{i}, {name!r}), {name!r}, i{i}.shape, i{i}.dtypes, "
-                     f"device, i{i}.nbytes)")
+                     f"device, i{i}.nbytes{written})")
         spans.append(f"({name!r}, (p{i}, p{i} + i{i}.nbytes))")
     scale = op.tensor_scale
     if scale is None:

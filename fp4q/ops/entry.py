@@ -31,6 +31,9 @@ def parameters(op: Op, extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[st
     if op.configurable:
         params.append(("config", "None", CONFIG_DOC))
     params.append(("pdl", "True", PDL_DOC))
+    if op.with_input is not None:
+        array, other = op.with_input
+        params.append((array.name, "None", f"{array.doc}; given, the call is ``{other.name}``'s"))
     params += [(name, default, "") for name, default in extra]
     return params
 
@@ -55,6 +58,17 @@ def grouped_arguments(op: Op) -> str:
     outputs = "".join(f"{o.name}, " for o in op.outputs) if op.out_keywords else "None, " * len(op.outputs)
     config = "config" if op.configurable else "None"
     return f"({inputs}), {scale}, ({options}), ({outputs}), stream, {config}, pdl"
+
+
+def body(op: Op, run: str, run_with: str) -> str:
+    """The body of ``op``'s function that hands its arguments to ``run`` (a runner's name
+    in the function's namespace) with ``ALLOCATE``, or, where the caller gives ``op``'s
+    ``with_input``, to ``run_with`` (the other op's runner)."""
+    lines = []
+    if op.with_input is not None:
+        array, other = op.with_input
+        lines += [f"    if {array.name} is not None:", f"        return {run_with}({grouped_arguments(other)}, ALLOCATE)"]
+    return "\n".join(lines + [f"    return {run}(ARGS, ALLOCATE)"]) + "\n"
 
 
 def docstring(op: Op) -> str:

@@ -26,15 +26,15 @@ from __future__ import annotations
 import torch
 
 from ..ops.api import OPS
-from ..ops.declare import DYNAMIC, Op
+from ..ops.declare import DYNAMIC, Choice, Op
 from ..ops.engine import run
-from ..ops.entry import function
+from ..ops.entry import function, grouped_arguments
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 
 ops = torch.ops.fp4q
 
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
-           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "scaled_fp4_quant", "schemas"]
+           "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "scaled_fp4_quant", "schemas"]
 
 
 class Entry:
@@ -50,7 +50,9 @@ class Entry:
             if sig.op is op:
                 kind = "dynamic" if sig.dynamic else "none" if not sig.has_scale else overload or "float"
                 self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
-        self.dtype_options = tuple(i for i, c in enumerate(op.options) if c.name == "dtype")
+        # (index, name, choices) of the options that may be torch dtypes.
+        self.dtype_options = tuple((i, c.name, c.choices) for i, c in enumerate(op.options)
+                                   if isinstance(c, Choice) and c.name == "dtype")
 
 
 @torch.compiler.disable
@@ -62,11 +64,11 @@ def _eager(op: Op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4
 def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, fp4_dtype):
     """A wrapper's call: the registered op that fits its arguments."""
     op = entry.op
-    for i in entry.dtype_options:
-        value, choices = options[i], op.options[i].choices
+    for i, option, choices in entry.dtype_options:
+        value = options[i]
         name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
         if type(name) is not str or name not in choices:  # the rule with both spellings it takes
-            raise ValueError(f"{op.options[i].name} must be {', '.join(map(repr, choices))}, "
+            raise ValueError(f"{option} must be {', '.join(map(repr, choices))}, "
                              f"{' or '.join(f'torch.{c}' for c in choices)}, got {value!r}")
         options = (*options[:i], name, *options[i + 1:])
     if stream is not None or config is not None:
@@ -102,12 +104,18 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
 
 
 def _wrapper(op: Op):
-    """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes."""
-    namespace = {"dispatch": dispatch, "ENTRY": Entry(op)}
-    if has_codes(op):
-        return function(op, "    return dispatch(ENTRY, ARGS, fp4_dtype)\n", namespace, (("fp4_dtype", "False"),),
-                        module="fp4q.torch")
-    return function(op, "    return dispatch(ENTRY, ARGS, False)\n", namespace, module="fp4q.torch")
+    """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes; given
+    its ``with_input``, the other op's call."""
+    other = op.with_input[1] if op.with_input is not None else op
+    namespace = {"dispatch": dispatch, "ENTRY": Entry(op), "ENTRY_WITH": Entry(other)}
+    fp4 = "fp4_dtype" if has_codes(op) else "False"
+    extra = (("fp4_dtype", "False"),) if has_codes(op) else ()
+    lines = []
+    if op.with_input is not None:
+        lines += [f"    if {op.with_input[0].name} is not None:",
+                  f"        return dispatch(ENTRY_WITH, {grouped_arguments(other)}, {fp4})"]
+    lines.append(f"    return dispatch(ENTRY, ARGS, {fp4})")
+    return function(op, "\n".join(lines) + "\n", namespace, extra, module="fp4q.torch")
 
 
 _FUNCTIONS = {op.name: _wrapper(op) for op in OPS}
@@ -119,6 +127,8 @@ dequantize_mxfp4 = _FUNCTIONS["dequantize_mxfp4"]
 global_scale = _FUNCTIONS["global_scale"]
 silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
 silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
+rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
+rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
 
 
 def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):

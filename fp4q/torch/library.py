@@ -22,10 +22,10 @@ import threading
 
 import torch
 
-from ..ops.api import OPS
+from ..ops.api import ALL_OPS
 from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
 from ..ops.checks import check_operand
-from ..ops.declare import DYNAMIC, Op
+from ..ops.declare import DYNAMIC, Number, Op
 from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
@@ -95,6 +95,13 @@ def schema_name(choice) -> str:
     return choice.field if choice.name in RESERVED else choice.name
 
 
+def schema_option(option) -> str:
+    """An option's schema argument, with its default: a float for a number, else a str."""
+    if isinstance(option, Number):  # 17 significant digits, as torch prints a schema's float
+        return f"float {option.name}={option.default:.17g}"
+    return f'str {schema_name(option)}="{option.default}"'
+
+
 def has_codes(op: Op) -> bool:
     return any(o.kind == "codes" for o in op.outputs)
 
@@ -107,13 +114,15 @@ class Signature:
     def __init__(self, op: Op, scale: str | None, outs: bool, dynamic: bool) -> None:
         self.op, self.outs, self.dynamic = op, outs, dynamic
         self.fp4 = not outs and has_codes(op)
-        args = [f"Tensor {op.main.name}", *(f"Tensor {a.name}" for a in op.inputs)]
+        # An input the op writes (add+RMSNorm's residual) is a mutated argument of every overload.
+        args = [f"Tensor {op.main.name}", *(f"Tensor(r!) {a.name}" if a.inplace else f"Tensor {a.name}"
+                                            for a in op.inputs)]
         if scale is not None and op.tensor_scale is not None:
             args.append(f"{scale} {op.tensor_scale.name}")
         self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
         if outs:
             args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
-        args += [f'str {schema_name(c)}="{c.default}"' for c in op.options]
+        args += [schema_option(c) for c in op.options]
         args.append("bool pdl=True")
         if self.fp4:
             args.append("bool fp4_dtype=False")
@@ -211,7 +220,7 @@ def signatures(op: Op) -> dict[str, Signature]:
     return found
 
 
-SIGNATURES: dict[str, Signature] = {name: sig for op in OPS for name, sig in signatures(op).items()}
+SIGNATURES: dict[str, Signature] = {name: sig for op in ALL_OPS for name, sig in signatures(op).items()}
 
 
 def schemas() -> list[str]:

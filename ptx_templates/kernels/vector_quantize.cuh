@@ -70,7 +70,9 @@ struct RowwiseStore {
 
     FP4Q_DEVICE void padding(i32 rows, int groups) const { write_padding_scales(sf, rows, groups); }
 
-    FP4Q_DEVICE void operator()(const RowWalk& unit, bool live, i32 rows, i32 cols,
+    // unit: a RowWalk, or any (row, col) pair of a unit.
+    template <typename Unit>
+    FP4Q_DEVICE void operator()(const Unit& unit, bool live, i32 rows, i32 cols,
                                 const QuantizedRun<SF_VEC, 4 * VEC_LOADS>& out) const {
         const int groups = cols / SF_VEC;
         if (live) {

@@ -26,6 +26,12 @@ FP4Q_DEVICE void ld_global_nc_v4(const void* p, u32& a, u32& b, u32& c, u32& d) 
                  : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
 }
 
+// A coherent load, for memory this kernel also writes (add+RMSNorm's residual).
+FP4Q_DEVICE void ld_global_v4(const void* p, u32& a, u32& b, u32& c, u32& d) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
 FP4Q_DEVICE void st_global_u16(void* p, u32 a) {
     asm volatile("st.global.u16 [%0], %1;" :: "l"(p), "h"(static_cast<u16>(a)) : "memory");
 }

@@ -1,0 +1,78 @@
+"""The row kernel's config: quantization of whole rows held in one CTA, for the
+prologues that need a statistic of the row first (``call.ROW_PROLOGUES``: RMSNorm,
+add+RMSNorm; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
+
+A CTA of ``threads`` threads takes one row at a time; each thread holds
+``row_units`` units of one group (16 elements for NVFP4, 32 for MXFP4) of the
+row in registers, so a row of up to ``threads * row_units`` groups, the scale
+domain's padding groups included, fits one CTA. ``for_row`` picks the fewest
+units per thread that hold a row of K elements.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .call import ROW_PROLOGUES, CallFields
+from .rules import ConfigError, check_choice
+from .spec import KernelSpec, StrideGrid, params, simt_spec
+from .quantize import quantize_flags
+
+ROW_THREADS = 256
+# Units per thread: a thread holds row_units units of x (or r) and of weight, SF_VEC / 2 registers
+# each; MXFP4's units are twice as wide, so it stops at half as many.
+ROW_UNITS = {"nvfp4": (1, 2, 4, 8), "mxfp4": (1, 2, 4)}
+# The grid-stride loop's CTAs: one per row, at most this many rounds of the CTAs that fit.
+ROW_WAVES = 4
+
+ROW_QUANTIZE_PARAMS = params(
+    ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("out", "ptr"), ("sf_out", "ptr"),
+    ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("eps", "f32"), ("tensor_sf_value", "f32"),
+    ("tensor_sf_ptr", "ptr"),
+)
+
+
+@dataclass(frozen=True)
+class RowConfig(CallFields):
+    """One row kernel: ``threads`` per CTA (one row at a time) and ``row_units`` groups of
+    the row per thread. The call's fields (``CallFields``) are set from each call; its
+    prologue is one of ``ROW_PROLOGUES``."""
+
+    prologue: str = "rms_norm"
+    threads: int = ROW_THREADS
+    row_units: int = 1
+
+    def check(self) -> None:
+        self.check_prologue(ROW_PROLOGUES)
+        check_choice("threads", self.threads, (ROW_THREADS,))
+        check_choice("row_units", self.row_units, ROW_UNITS[self.fmt])
+
+    @property
+    def max_k(self) -> int:
+        """The longest row (K) one CTA holds: a group per unit (the threads' units are a
+        multiple of 4, so the swizzled layout's padding groups fit as well)."""
+        return self.threads * self.row_units * self.sf_vec_size
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec[StrideGrid]:
+        constants = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size), ("ROW_UNITS", self.row_units),
+                     self.prologue_constant)
+        return simt_spec("quantize_fp4_rows", self.arch, constants, quantize_flags(self), ROW_QUANTIZE_PARAMS,
+                         self.threads, StrideGrid(1, ROW_WAVES))
+
+
+def longest_row(fmt: str) -> int:
+    """The longest row (K) any row kernel of ``fmt`` holds."""
+    return RowConfig(fmt=fmt, row_units=ROW_UNITS[fmt][-1]).max_k
+
+
+def for_row(k: int, **call) -> RowConfig:
+    """The row kernel for rows of ``k`` elements with these call fields: the fewest units
+    per thread that hold a row."""
+    fmt = call.get("fmt", "nvfp4")
+    for units in ROW_UNITS[fmt]:
+        cfg = RowConfig(row_units=units, **call)
+        if k <= cfg.max_k:
+            return cfg
+    raise ConfigError(f"a row of K={k} does not fit one CTA of the row kernel (at most {longest_row(fmt)})")

@@ -1,0 +1,112 @@
+"""The fused RMSNorm quantizers: RMSNorm and add+RMSNorm into NVFP4 and MXFP4, declared,
+and their kernel choice (the row kernel, ``kernels.rows``).
+
+``rms_norm_quantize_nvfp4(x, weight, tensor_sf)`` normalizes each row of ``x``;
+``add_rms_norm_quantize_nvfp4(x, weight, residual, tensor_sf)`` first adds
+``residual`` and writes the sum back to it. The CuPy and torch functions
+``rms_norm_quantize_*`` take ``residual=`` and run the second op when it is
+given. The float32 sequences are NVFP4_SPEC.md's, "RMSNorm and add+RMSNorm".
+"""
+
+from __future__ import annotations
+
+from ..cuda import driver
+from ..jit.loader import get_kernel
+from ..kernels.rows import RowConfig, for_row, longest_row
+from .declare import Array, Number, Op, TensorScale
+from .global_scale import X
+from .plans import NO_LAUNCH, KernelLaunch
+from .quantize import MX_MODE, OUT, SF_LAYOUT
+
+WEIGHT = Array("weight", "like_row", output=False, doc="the norm's weight ``(K,)``, in ``x``'s dtype")
+RESIDUAL = Array("residual", "like_main", output=False, inplace=True,
+                 doc="C-contiguous, ``x``'s shape and dtype: ``x + residual`` is normalized, and written back "
+                     "to ``residual`` (rounded to its dtype)")
+EPS = Number("eps", 1e-6, doc="added to the mean square, rounded to float32 (finite, ``>= 0``)")
+H = ("``h = dtype(dtype(r * rinv) * weight)`` per row, ``rinv = 1 / sqrt(sum(r**2) / K + eps)`` in float32 "
+     "(the sum in the spec's fixed pairwise order), ``r`` the row of ``x``")
+
+
+def _alignment_obstacle(plan, pointers: list[int]) -> str | None:
+    """Why the row kernel's 16-byte loads and stores cannot serve these pointers, or None."""
+    view = plan.view
+    if (view.row_stride * view.itemsize) % 16:
+        return f"x's row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
+    swizzled = plan.call["sf_layout"] == "swizzled"
+    names = [plan.op.main.name, *(a.name for a in plan.op.inputs), *(o.name for o in plan.op.outputs)]
+    for name, ptr in zip(names, pointers):
+        if ptr % 16 and (name != "sf_out" or swizzled):
+            return f"{name}'s base address {ptr:#x} is not 16-byte aligned"
+    return None
+
+
+class RowKernels:
+    """The kernels of the RMSNorm ops: one row per CTA (``RowConfig``)."""
+
+    def check_config(self, op: Op, config) -> None:
+        if not isinstance(config, RowConfig):
+            raise TypeError(f"config must be None or a RowConfig, got {type(config).__name__}")
+        if config.fmt != op.fmt:
+            raise ValueError(f"config.fmt is {config.fmt!r}, but {op.name} quantizes to {op.fmt.upper()}: pass a "
+                             f"config with fmt={op.fmt!r}")
+
+    def resolve(self, plan, mode: str, pointers: list[int], config):
+        if plan.empty:
+            return NO_LAUNCH
+        op, k = plan.op, plan.geometry.k
+        if k > longest_row(op.fmt):
+            raise ValueError(f"K must be at most {longest_row(op.fmt)} for {op.name} (a row is normalized in one "
+                             f"CTA), got {k}")
+        obstacle = _alignment_obstacle(plan, pointers)
+        if obstacle is not None:
+            raise ValueError(f"{op.name} loads and stores 16 bytes at a time: {obstacle}")
+        dev = driver.device(plan.view.device)
+        call = dict(plan.call, tensor_sf_mode=mode, arch=dev.arch)
+        if config is None:
+            cfg = for_row(k, **call)
+        else:
+            cfg = config.replace(**call)
+            if k > cfg.max_k:
+                raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, "
+                                 f"got K={k}")
+        kernel = get_kernel(cfg.spec, dev.ordinal)
+        grid = cfg.spec.grid.size(plan.view.rows, dev.sm_count, kernel.ctas_per_sm)
+        fixed = dict(plan.fixed)
+        fixed.setdefault("residual", 0)  # rms_norm: the kernel never reads it
+        return KernelLaunch(cfg, kernel, grid, op.slots, fixed)
+
+
+ROW_KERNELS = RowKernels()
+SCALE = TensorScale(doc="``448 * 6 / amax(h)``: a float or a device float32 scalar")
+
+
+def _nvfp4(name: str, inputs: tuple, prologue: str, summary: str, with_input=None) -> Op:
+    return Op(name=name, summary=summary,
+              doc=f"""{H}, and quantized as ``quantize_nvfp4(h, tensor_sf, ...)`` would: returns ``(q, sf)``
+of ``x``'s shape. ``x`` is read once; ``h`` never goes to memory. Rows of up to K =
+{longest_row("nvfp4")} elements.""",
+              fmt="nvfp4", main=X, inputs=inputs, tensor_scale=SCALE, options=(EPS, SF_LAYOUT),
+              outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
+              kernels=ROW_KERNELS, call={"prologue": prologue}, with_input=with_input)
+
+
+def _mxfp4(name: str, inputs: tuple, prologue: str, summary: str, with_input=None) -> Op:
+    return Op(name=name, summary=summary,
+              doc=f"""{H}, and quantized as ``quantize_mxfp4(h, mode=mode, ...)`` would: returns ``(q, sf)``
+of ``x``'s shape. Rows of up to K = {longest_row("mxfp4")} elements.""",
+              fmt="mxfp4", main=X, inputs=inputs, options=(EPS, MX_MODE, SF_LAYOUT),
+              outputs=(OUT, Array("sf_out", "scales", doc="e8m0 scale bytes in ``sf_layout``")),
+              kernels=ROW_KERNELS, call={"prologue": prologue}, with_input=with_input)
+
+
+ADD_RMS_NORM_QUANTIZE_NVFP4 = _nvfp4("add_rms_norm_quantize_nvfp4", (WEIGHT, RESIDUAL), "add_rms_norm",
+                                     "``residual += x``, then RMSNorm of it quantized to NVFP4, in one kernel.")
+RMS_NORM_QUANTIZE_NVFP4 = _nvfp4("rms_norm_quantize_nvfp4", (WEIGHT,), "rms_norm",
+                                 "RMSNorm of ``x`` of shape ``(..., K)`` (after ``residual += x`` where given), "
+                                 "quantized to NVFP4, in one kernel.", (RESIDUAL, ADD_RMS_NORM_QUANTIZE_NVFP4))
+ADD_RMS_NORM_QUANTIZE_MXFP4 = _mxfp4("add_rms_norm_quantize_mxfp4", (WEIGHT, RESIDUAL), "add_rms_norm",
+                                     "``residual += x``, then RMSNorm of it quantized to MXFP4, in one kernel.")
+RMS_NORM_QUANTIZE_MXFP4 = _mxfp4("rms_norm_quantize_mxfp4", (WEIGHT,), "rms_norm",
+                                 "RMSNorm of ``x`` of shape ``(..., K)``, ``K % 32 == 0`` (after ``residual += x`` "
+                                 "where given), quantized to MXFP4, in one kernel.",
+                                 (RESIDUAL, ADD_RMS_NORM_QUANTIZE_MXFP4))
