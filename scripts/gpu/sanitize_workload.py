@@ -27,6 +27,7 @@ from fp4q.cuda import driver
 from fp4q.numerics import reference
 from fp4q.kernels.archs import EMULATED_SM_80
 from fp4q.kernels.dequantize import DequantizeConfig
+from fp4q.kernels.rows import ROW_UNITS, RowConfig
 from fp4q.kernels.variants import DEQUANTIZE, SHIPPED, SHIPPED_MX, SIMT
 
 SHAPES = [(129, 2176), (5, 64), (300, 512)]
@@ -92,6 +93,7 @@ def main() -> int:
     failures += dynamic_order_pass(rng, start, dequantize_configs)
     failures += global_scale_pass(rng, start)
     failures += prologue_pass(rng, start, args.emulate_sm80)
+    failures += rows_pass(rng, start)
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
@@ -194,6 +196,43 @@ def prologue_pass(rng, start: float, emulate_sm80: bool) -> int:
                     failures += 1
                     print(f"MISMATCH silu_and_mul {config} {m}x{2 * n} {tensor_sf}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  SiLU·mul", flush=True)
+    return failures
+
+
+def rows_pass(rng, start: float) -> int:
+    """RMSNorm and add+RMSNorm (the row kernel) into 0xFF-filled outputs: every unit count of both
+    formats, on ragged row counts, each with and without the residual."""
+    failures = 0
+    for fmt in ROW_UNITS:
+        for units in ROW_UNITS[fmt]:
+            config = RowConfig(fmt=fmt, row_units=units)
+            for m, k in [(5, 64), (129, config.max_k - 4 * config.sf_vec_size), (3, config.max_k)]:
+                bits = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+                w = (rng.standard_normal(k, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+                res = (rng.standard_normal((m, k), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+                for residual in (None, res):
+                    want_res = None if residual is None else residual.copy()
+                    if fmt == "nvfp4":
+                        want = reference.rms_norm_quantize_nvfp4(bits, w, 0.75, residual=want_res)
+                    else:
+                        want = reference.rms_norm_quantize_mxfp4(bits, w, residual=want_res)
+                    out = cp.full(want[0].shape, 0xFF, dtype=cp.uint8)
+                    sf_out = cp.full(want[1].shape, 0xFF, dtype=cp.uint8)
+                    dev_res = None if residual is None else cp.asarray(residual)
+                    args = (cp.asarray(bits), cp.asarray(w))
+                    if fmt == "nvfp4":
+                        got = fp4q.rms_norm_quantize_nvfp4(*args, 0.75, residual=dev_res, out=out, sf_out=sf_out,
+                                                           config=config)
+                    else:
+                        got = fp4q.rms_norm_quantize_mxfp4(*args, residual=dev_res, out=out, sf_out=sf_out,
+                                                           config=config)
+                    ok = all(np.array_equal(cp.asnumpy(g), w_) for g, w_ in zip(got, want))
+                    if dev_res is not None:
+                        ok = ok and np.array_equal(cp.asnumpy(dev_res), want_res)
+                    if not ok:
+                        failures += 1
+                        print(f"MISMATCH rms_norm {config} {m}x{k} residual={residual is not None}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  RMSNorm and add+RMSNorm", flush=True)
     return failures
 
 

@@ -243,6 +243,7 @@ def kernels(arch: str) -> list[Kernel]:
     from fp4q.kernels.archs import target
     from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
     from fp4q.kernels.global_scale import AMAX_UNROLL, AmaxConfig, FusedDynamicConfig
+    from fp4q.kernels.rows import RowConfig
     from fp4q.kernels.tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
     out = []
@@ -276,6 +277,12 @@ def kernels(arch: str) -> list[Kernel]:
             c = _constants(fit)
             out.append(Kernel(f"silu_mul/tma_nvfp4_{_tma_name(fit)}", fit,
                               c["TILE_M"] * c["TILE_K"] // c["CONSUMER_THREADS"], QUANTIZE_ANCHOR))
+    # The row kernel (RMSNorm, add+RMSNorm): per element of a row pass, the row's reduction included.
+    for prologue, fmt, units in (("rms_norm", "nvfp4", 1), ("rms_norm", "nvfp4", 4), ("rms_norm", "nvfp4", 8),
+                                 ("add_rms_norm", "nvfp4", 1), ("add_rms_norm", "nvfp4", 4),
+                                 ("rms_norm", "mxfp4", 1)):
+        cfg = RowConfig(prologue=prologue, fmt=fmt, row_units=units, arch=arch)
+        out.append(Kernel(f"{prologue}/rows_{fmt}_u{units}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
     dq_bases: dict[str, object] = {"vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}
     if target(arch).features.tma:
         fit = variants.fitted(DequantizeConfig(), arch)
