@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import fakes
-from examples import cupy_round_trip, run_all
+import fp4q
+from examples import cupy_round_trip, fused_serving, run_all
 from fp4q.numerics import reference
 
 M, K = 300, 256  # M not a multiple of 128: the swizzled scales have padding rows
@@ -148,7 +149,7 @@ def test_vllm_check_passes_the_reference_and_fails_a_changed_byte(torch_fake, sw
 # ------------------------------------------------------------------------------------------- runner
 def test_runner_finds_every_example():
     assert [p.name for p in run_all.examples()] == [
-        "cupy_round_trip.py", "torch_eager_graph_compile.py", "vllm_swap.py"]
+        "cupy_round_trip.py", "fused_serving.py", "torch_eager_graph_compile.py", "vllm_swap.py"]
 
 
 def test_runner_exit_status(tmp_path, capsys):
@@ -171,3 +172,32 @@ def test_example_runs(name, capsys):
         pytest.importorskip("torch", exc_type=ModuleNotFoundError)
     importlib.import_module(f"examples.{name}").main()
     assert "fp4q.reference" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------- fused serving
+def test_fused_serving_calls_and_shapes(cp):
+    host = fused_serving.inputs(M, K, 2 * K)
+    residual, q_norm, sf_norm, q_mlp, sf_mlp = fused_serving.layer(cp, host)
+    assert (residual.shape, q_norm.shape, q_mlp.shape) == ((M, K), (M, K // 2), (M, K))
+    assert sf_norm.shape == fp4q.swizzled_sf_shape(M, K) and sf_mlp.shape == fp4q.swizzled_sf_shape(M, 2 * K)
+    if fakes.active is not None:  # the fake ran no kernel: both launches were given the outputs
+        written = {value for launch in fakes.active.launches for value in launch["args"].values()}
+        for out in (residual, q_norm, sf_norm, q_mlp, sf_mlp):
+            assert out.data.ptr in written
+    else:
+        fused_serving.check(host, *(cp.asnumpy(o) for o in (residual, q_norm, sf_norm, q_mlp, sf_mlp)))
+
+
+def test_fused_serving_check_passes_the_reference_and_fails_a_changed_byte():
+    host = fused_serving.inputs(M, K, 2 * K)
+    residual = host["residual"].copy()
+    q_norm, sf_norm = reference.rms_norm_quantize_nvfp4(host["x"], host["weight"], np.float32(1.0),
+                                                        residual=residual)
+    q_mlp, sf_mlp = reference.silu_and_mul_quantize_nvfp4(host["gate_up"], np.float32(1.0))
+    outputs = (residual, q_norm, sf_norm, q_mlp, sf_mlp)
+    fused_serving.check(host, *outputs)
+    for i in range(len(outputs)):
+        changed = list(outputs)
+        changed[i] = flipped(outputs[i], index=outputs[i].nbytes // 2)
+        with pytest.raises(AssertionError):
+            fused_serving.check(host, *changed)
