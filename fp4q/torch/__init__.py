@@ -1,5 +1,6 @@
 """fp4q in PyTorch: the ops as ``torch.ops.fp4q.*``, Python wrappers that return
-torch tensors, and a vLLM-compatible ``scaled_fp4_quant``.
+torch tensors, and vLLM's ``scaled_fp4_quant`` and ``silu_and_mul_nvfp4_quant`` (``fp4q.torch.peers``
+has those and FlashInfer's calls).
 
 ``import fp4q.torch`` registers the ops (``import fp4q`` never imports torch).
 Every op runs fp4q's one call path (``fp4q.ops``: the same rules, plans and
@@ -30,11 +31,13 @@ from ..ops.declare import DYNAMIC, Choice, Op
 from ..ops.engine import run
 from ..ops.entry import function, grouped_arguments
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
+from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
 
 ops = torch.ops.fp4q
 
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
-           "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "scaled_fp4_quant", "schemas"]
+           "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
+           "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "schemas"]
 
 
 class Entry:
@@ -129,28 +132,3 @@ silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
 silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
 rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
 rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
-
-
-def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
-    """vLLM's ``scaled_fp4_quant`` contract on fp4q's kernels.
-
-    ``input`` (bf16 or fp16, last dimension ``n`` a multiple of 16, any
-    leading dimensions; 1-D is one row) is flattened to ``[m, n]``;
-    ``input_global_scale`` is the float32 CUDA tensor ``448 * 6 / amax``.
-    Returns ``(q, scale)``: ``q`` uint8 ``[m, n // 2]``; ``scale``
-    float8_e4m3fn, ``[round_up(m, 128), round_up(n // 16, 4)]`` holding the
-    swizzled 128x4 layout (the same bytes as fp4q's 5-D swizzled scales) or
-    ``[m, n // 16]`` linear. The bits are the spec's, which can differ from
-    vLLM's CUDA kernel (docs/torch.md).
-    """
-    if input.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"input must be bfloat16 or float16, got {input.dtype}")
-    if input.dim() == 0:
-        raise ValueError("input must have at least 1 dimension, got shape ()")
-    rows = input.reshape(-1, input.shape[-1])
-    layout = "swizzled" if is_sf_swizzled_layout else "linear"
-    op = ops.quantize_nvfp4.Tensor if isinstance(input_global_scale, torch.Tensor) else ops.quantize_nvfp4.default
-    q, sf = op(rows, input_global_scale, layout, True, False)
-    if is_sf_swizzled_layout:
-        sf = sf.view(sf.shape[0] * 128, sf.shape[1] * 4)
-    return q, sf

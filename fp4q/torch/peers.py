@@ -1,0 +1,211 @@
+"""Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant`` and
+``silu_and_mul_nvfp4_quant``, FlashInfer's ``fp4_quantize``, ``nvfp4_quantize`` and
+``silu_and_mul_nvfp4_quantize``, each with the peer's call shape (name, argument order,
+defaults, dtypes, output shapes) on fp4q's registered ops, so the bits are the spec's.
+``docs/peers.md`` reads each call from the peer's code and says where the peer's own bytes
+differ (approximate reciprocals, another rounding of the intermediate).
+
+A peer's 2-D scale tensor of shape ``(R, C)`` in the 128x4 layout holds the same bytes as
+fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array: the drop-ins reshape, never permute. What a peer
+offers that fp4q does not compute yet (the 8x4 layout, per-row global scales, per-token
+scales, row remapping, weight shuffling, fp8 input) raises ``ValueError`` naming the
+argument, before anything runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import torch
+
+ops = torch.ops.fp4q
+INPUT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+class SfLayout(enum.IntEnum):
+    """FlashInfer's scale layouts, by their values there."""
+
+    layout_128x4 = 0
+    layout_8x4 = 1
+    layout_linear = 2
+
+
+def _round_up(v: int, to: int) -> int:
+    return -(-v // to) * to
+
+
+def _require_input(t, name: str, group: int, halves: bool = False) -> None:
+    """The rules every drop-in states in the peer's names: a CUDA tensor, fp16 or bf16, at least
+    1-D, its last dimension (``halves``: half of it, which must be even) a multiple of ``group``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{name} must be bfloat16 or float16, got {t.dtype}")
+    if t.dim() == 0:
+        raise ValueError(f"{name} must have at least 1 dimension, got shape ()")
+    width = t.shape[-1]
+    if halves:
+        if width % 2:
+            raise ValueError(f"the last dimension of {name} (two halves) must be even, got {width}")
+        width //= 2
+    what = "half the last dimension" if halves else "the last dimension"
+    if width % group:
+        raise ValueError(f"{what} of {name} must be a multiple of {group}, got {width}")
+
+
+def _pdl(enable_pdl) -> bool:
+    """FlashInfer's ``enable_pdl``: None means PDL where the device has it (fp4q's launches
+    use it only there in any case)."""
+    return True if enable_pdl is None else bool(enable_pdl)
+
+
+def _scales_2d(sf, swizzled: bool, rows: int):
+    """fp4q's scales as the peers' 2-D uint8 tensor: 128x4 ``(round_up(M, 128), round_up(G, 4))``
+    or linear ``(M, G)``."""
+    sf = sf.view(torch.uint8)
+    if swizzled:
+        return _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
+    return sf.reshape(rows, sf.shape[-1])
+
+
+def _bytes_as(t, *shape):
+    """Contiguous ``t``'s bytes as ``shape``, through the flat view: viewing the 5-D scales as 2-D
+    directly makes torch.compile guard on how their sizes group (a recompile per shape class)."""
+    return t.view(-1).view(*shape)
+
+
+def _global_scale(t, name: str):
+    """A peer's one-element quantize-direction global scale as fp4q's device tensor_sf."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a float32 CUDA tensor of one element, got {type(t).__name__}")
+    if t.numel() != 1:
+        raise ValueError(f"{name} must have one element (fp4q has no per-row global scale yet), got shape "
+                         f"{tuple(t.shape)}")
+    return t.reshape(()).float()
+
+
+# ------------------------------------------------------------------------------------- vLLM
+def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
+    """vLLM's ``scaled_fp4_quant`` contract on fp4q's kernels.
+
+    ``input`` (bf16 or fp16, last dimension ``n`` a multiple of 16, any
+    leading dimensions; 1-D is one row) is flattened to ``[m, n]``;
+    ``input_global_scale`` is the float32 CUDA tensor ``448 * 6 / amax``.
+    Returns ``(q, scale)``: ``q`` uint8 ``[m, n // 2]``; ``scale``
+    float8_e4m3fn, ``[round_up(m, 128), round_up(n // 16, 4)]`` holding the
+    swizzled 128x4 layout (the same bytes as fp4q's 5-D swizzled scales) or
+    ``[m, n // 16]`` linear. The bits are the spec's, which can differ from
+    vLLM's CUDA kernel (docs/torch.md).
+    """
+    _require_input(input, "input", 1)  # K's rule is the op's, with its message
+    rows = input.reshape(-1, input.shape[-1])
+    layout = "swizzled" if is_sf_swizzled_layout else "linear"
+    op = ops.quantize_nvfp4.Tensor if isinstance(input_global_scale, torch.Tensor) else ops.quantize_nvfp4.default
+    q, sf = op(rows, input_global_scale, layout, True, False)
+    if is_sf_swizzled_layout:
+        sf = _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
+    return q, sf
+
+
+def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_scale) -> None:
+    """vLLM's ``torch.ops._C.silu_and_mul_nvfp4_quant``: SiLU·mul of ``input`` ``(M, 2N)``
+    (gate first) quantized to NVFP4 into ``result`` (uint8 ``(M, N // 2)``) and
+    ``result_block_scale`` (the 128x4 scales as vLLM allocates them: int32
+    ``(round_up(M, 128), round_up(N // 16, 4) // 4)``, or their bytes as uint8 or
+    float8_e4m3fn ``(round_up(M, 128), round_up(N // 16, 4))``), with the float32
+    one-element ``input_global_scale`` read on the device. Returns nothing."""
+    _require_input(input, "input", 16, halves=True)
+    if input.dim() != 2:
+        raise ValueError(f"input must be 2-D (M, 2N), got shape {tuple(input.shape)}")
+    m, n = input.shape[0], input.shape[1] // 2
+    rows, cols = _round_up(m, 128), _round_up(n // 16, 4)
+    scale = result_block_scale
+    if scale.dtype == torch.int32:
+        if tuple(scale.shape) != (rows, cols // 4):
+            raise ValueError(f"result_block_scale (int32) must have shape {(rows, cols // 4)}, got "
+                             f"{tuple(scale.shape)}")
+        scale = scale.view(torch.uint8)
+    elif scale.dtype in (torch.uint8, torch.float8_e4m3fn):
+        if tuple(scale.shape) != (rows, cols):
+            raise ValueError(f"result_block_scale must have shape {(rows, cols)}, got {tuple(scale.shape)}")
+    else:
+        raise TypeError(f"result_block_scale must be int32, uint8 or float8_e4m3fn, got {scale.dtype}")
+    if not scale.is_contiguous():
+        raise ValueError("result_block_scale must be contiguous")
+    ops.silu_and_mul_quantize_nvfp4_out.Tensor(input, _global_scale(input_global_scale, "input_global_scale"),
+                                               result, _bytes_as(scale, rows // 128, cols // 4, 32, 4, 4),
+                                               "swizzled", True)
+
+
+# ------------------------------------------------------------------------------------- FlashInfer
+def _layout(swizzled: bool, eight_by_four: bool, flag: str) -> str:
+    if eight_by_four:
+        raise ValueError(f"{flag}=True (the 8x4 scale layout) is not computed by fp4q yet")
+    return "swizzled" if swizzled else "linear"
+
+
+def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
+                 is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="cuda"):
+    """FlashInfer's ``fp4_quantize``: ``input`` ``(..., K)`` bf16 or fp16 to ``(x_q, sf)``, ``x_q``
+    uint8 ``(..., K // 2)`` and ``sf`` uint8 2-D: 128x4 ``(round_up(M, 128),
+    round_up(K // sf_vec_size, 4))`` or linear ``(M, K // sf_vec_size)``. NVFP4
+    (``sf_vec_size=16``) takes ``global_scale``, a float32 CUDA tensor of one element,
+    quantize direction (``is_global_scale_inversed=True``: dequantize direction, inverted
+    exactly on the device); MXFP4 is ``sf_vec_size=32, sf_use_ue8m0=True`` (fp4q's
+    ``"rceil"``). ``backend`` names FlashInfer's implementations; fp4q has one."""
+    if (sf_vec_size, bool(sf_use_ue8m0)) not in ((16, False), (32, True)):
+        raise ValueError(f"sf_vec_size and sf_use_ue8m0 must be 16 and False (NVFP4) or 32 and True (MXFP4), got "
+                         f"{sf_vec_size!r} and {sf_use_ue8m0!r}")
+    _require_input(input, "input", sf_vec_size)
+    if input.dim() == 2 and input.shape[1] > 1 and input.stride(1) != 1:
+        raise ValueError("input must be row-major (its last dimension contiguous): fp4q does not quantize a "
+                         "column-major input as its transpose")
+    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout, "is_sf_8x4_layout")
+    rows = math.prod(input.shape[:-1])
+    if sf_vec_size == 32:
+        q, sf = ops.quantize_mxfp4.default(input, "rceil", layout, _pdl(enable_pdl), False)
+        return q, _scales_2d(sf, layout == "swizzled", rows)
+    if global_scale is None:
+        raise ValueError("global_scale is required for NVFP4 (sf_vec_size=16)")
+    scale = _global_scale(global_scale, "global_scale")
+    if is_global_scale_inversed:
+        scale = torch.reciprocal(scale)
+    q, sf = ops.quantize_nvfp4.Tensor(input, scale, layout, _pdl(enable_pdl), False)
+    return q, _scales_2d(sf, layout == "swizzled", rows)
+
+
+def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16,
+                   enable_pdl=None, backend="cuda", *, per_token_activation=False, expanded_idx_to_permuted_idx=None):
+    """FlashInfer's ``nvfp4_quantize``: ``a`` ``(M, K)`` to ``(a_fp4, a_sf)`` as ``fp4_quantize``
+    with the layout ``sfLayout`` (``SfLayout`` or its int value; 128x4 or linear)."""
+    if sf_vec_size != 16:
+        raise ValueError(f"sf_vec_size must be 16 for nvfp4_quantize, got {sf_vec_size!r}")
+    if do_shuffle:
+        raise ValueError("do_shuffle=True (TensorRT-LLM's weight shuffling) has no fp4q counterpart")
+    if per_token_activation:
+        raise ValueError("per_token_activation=True (per-token scales) is not computed by fp4q yet")
+    if expanded_idx_to_permuted_idx is not None:
+        raise ValueError("expanded_idx_to_permuted_idx (MoE row remapping) has no fp4q counterpart yet")
+    try:
+        layout = SfLayout(int(sfLayout))
+    except (TypeError, ValueError):
+        raise ValueError(f"sfLayout must be one of {[m.name for m in SfLayout]} (or 0, 1, 2), got {sfLayout!r}") \
+            from None
+    return fp4_quantize(a, a_global_sf, 16, False, layout == SfLayout.layout_128x4, layout == SfLayout.layout_8x4,
+                        False, enable_pdl, backend)
+
+
+def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizzled_layout=True,
+                                is_sf_8x4_layout=False, enable_pdl=None):
+    """FlashInfer's ``silu_and_mul_nvfp4_quantize``: SiLU·mul of ``input`` ``(..., 2K)`` (gate
+    first, leading dimensions flattened to ``M``) to ``(packed, scales)``, packed uint8
+    ``(M, K // 2)``, scales as ``fp4_quantize``'s."""
+    if sf_vec_size != 16:
+        raise ValueError(f"sf_vec_size must be 16 for silu_and_mul_nvfp4_quantize, got {sf_vec_size!r}")
+    _require_input(input, "input", 16, halves=True)
+    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout, "is_sf_8x4_layout")
+    rows = input.reshape(-1, input.shape[-1])
+    q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, _global_scale(global_scale, "global_scale"), layout,
+                                                   _pdl(enable_pdl), False)
+    return q, _scales_2d(sf, layout == "swizzled", rows.shape[0])

@@ -1,0 +1,194 @@
+"""fp4q.torch.peers: the serving engines' call shapes (vLLM's silu_and_mul_nvfp4_quant, FlashInfer's
+fp4_quantize, nvfp4_quantize and silu_and_mul_nvfp4_quantize) on fp4q's ops.
+
+On any machine (fake CUDA tensors): the output shapes and dtypes of every layout and format, the
+peer-named rules, and what fp4q does not compute yet refused before anything runs. On the GPU: the
+bytes against fp4q.reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import fp4q.torch as ft  # noqa: E402
+from fp4q.numerics import reference  # noqa: E402
+from fp4q.torch import peers  # noqa: E402
+
+from helpers import assert_bytes_equal, mixed_groups  # noqa: E402
+
+gpu = pytest.mark.gpu
+BF16 = torch.bfloat16
+
+
+def round_up(v: int, to: int) -> int:
+    return -(-v // to) * to
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def fake_cuda(shape, dtype=BF16):
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+def meta(t) -> tuple:
+    return tuple(t.shape), t.dtype
+
+
+# ----------------------------------------------------------------- shapes and dtypes
+@pytest.mark.parametrize("shape", [(64,), (5, 48), (300, 128), (2, 130, 64)])
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_fp4_quantize_shapes(fake, shape, swizzled):
+    m, k = math.prod(shape[:-1]), shape[-1]
+    q, sf = peers.fp4_quantize(fake_cuda(shape), fake_cuda((1,), torch.float32), is_sf_swizzled_layout=swizzled)
+    assert meta(q) == (shape[:-1] + (k // 2,), torch.uint8)
+    assert meta(sf) == (((round_up(m, 128), round_up(k // 16, 4)) if swizzled else (m, k // 16)), torch.uint8)
+    q, sf = peers.fp4_quantize(fake_cuda(shape[:-1] + (2 * k,), torch.float16), sf_vec_size=32, sf_use_ue8m0=True,
+                               is_sf_swizzled_layout=swizzled)
+    assert meta(q) == (shape[:-1] + (k,), torch.uint8)
+    assert meta(sf) == (((round_up(m, 128), round_up(k // 16, 4)) if swizzled else (m, k // 16)), torch.uint8)
+
+
+@pytest.mark.parametrize("layout, want", [(peers.SfLayout.layout_128x4, (384, 8)), (2, (300, 8))])
+def test_nvfp4_quantize_shapes(fake, layout, want):
+    q, sf = peers.nvfp4_quantize(fake_cuda((300, 128)), fake_cuda((1,), torch.float32), layout)
+    assert meta(q) == ((300, 64), torch.uint8) and meta(sf) == (want, torch.uint8)
+
+
+@pytest.mark.parametrize("shape", [(5, 64), (3, 100, 256)])
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_silu_and_mul_nvfp4_quantize_shapes(fake, shape, swizzled):
+    m, k = math.prod(shape[:-1]), shape[-1] // 2
+    q, sf = peers.silu_and_mul_nvfp4_quantize(fake_cuda(shape), fake_cuda((1,), torch.float32),
+                                              is_sf_swizzled_layout=swizzled)
+    assert meta(q) == ((m, k // 2), torch.uint8)
+    assert meta(sf) == (((round_up(m, 128), round_up(k // 16, 4)) if swizzled else (m, k // 16)), torch.uint8)
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.int32, torch.uint8, torch.float8_e4m3fn])
+def test_silu_and_mul_nvfp4_quant_takes_vllms_buffers(fake, scale_dtype):
+    m, n = 300, 96
+    cols = round_up(n // 16, 4)
+    result = fake_cuda((m, n // 2), torch.uint8)
+    scale = fake_cuda((round_up(m, 128), cols // 4 if scale_dtype == torch.int32 else cols), scale_dtype)
+    assert ft.silu_and_mul_nvfp4_quant(result, scale, fake_cuda((m, 2 * n)), fake_cuda((1,), torch.float32)) is None
+
+
+# ----------------------------------------------------------------- rules
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64), torch.float32), fake_cuda((1,), torch.float32)), TypeError,
+     "input must be bfloat16 or float16, got torch.float32"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 40)), fake_cuda((1,), torch.float32)), ValueError,
+     "the last dimension of input must be a multiple of 16, got 40"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64))), ValueError, "global_scale is required for NVFP4"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((4,), torch.float32)), ValueError,
+     "global_scale must have one element (fp4q has no per-row global scale yet), got shape (4,)"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), is_sf_8x4_layout=True),
+     ValueError, "is_sf_8x4_layout=True (the 8x4 scale layout) is not computed by fp4q yet"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), sf_vec_size=32), ValueError,
+     "sf_vec_size and sf_use_ue8m0 must be 16 and False (NVFP4) or 32 and True (MXFP4), got 32 and False"),
+    (lambda: peers.fp4_quantize(fake_cuda((64, 4)).t(), fake_cuda((1,), torch.float32)), ValueError,
+     "input must be row-major"),
+    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), 1), ValueError,
+     "is_sf_8x4_layout=True"),
+    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), 7), ValueError,
+     "sfLayout must be one of ['layout_128x4', 'layout_8x4', 'layout_linear'] (or 0, 1, 2), got 7"),
+    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), per_token_activation=True),
+     ValueError, "per_token_activation=True (per-token scales) is not computed by fp4q yet"),
+    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), do_shuffle=True),
+     ValueError, "do_shuffle=True"),
+    (lambda: peers.silu_and_mul_nvfp4_quantize(fake_cuda((4, 65)), fake_cuda((1,), torch.float32)), ValueError,
+     "the last dimension of input (two halves) must be even"),
+    (lambda: ft.silu_and_mul_nvfp4_quant(fake_cuda((4, 32), torch.uint8), fake_cuda((128, 1), torch.int32),
+                                         fake_cuda((2, 4, 128)), fake_cuda((1,), torch.float32)), ValueError,
+     "input must be 2-D (M, 2N), got shape (2, 4, 128)"),
+    (lambda: ft.silu_and_mul_nvfp4_quant(fake_cuda((4, 32), torch.uint8), fake_cuda((4, 4), torch.int32),
+                                         fake_cuda((4, 128)), fake_cuda((1,), torch.float32)), ValueError,
+     "result_block_scale (int32) must have shape (128, 1), got (4, 4)"),
+])
+def test_rules_in_the_peers_names(fake, call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert message in str(info.value)
+
+
+# ----------------------------------------------------------------- GPU
+def _cuda(bits: np.ndarray):
+    return torch.from_numpy(bits.view(np.int16)).cuda().view(BF16)
+
+
+def _bytes(t) -> np.ndarray:
+    return t.view(torch.uint8).cpu().numpy() if t.element_size() == 1 else t.cpu().numpy()
+
+
+@gpu
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_fp4_quantize_bytes(swizzled):
+    bits = mixed_groups((300, 256), np.random.default_rng(1))
+    tsf = float(reference.global_scale(bits))
+    layout = "swizzled" if swizzled else "linear"
+    q, sf = peers.fp4_quantize(_cuda(bits), torch.tensor([tsf], device="cuda"), is_sf_swizzled_layout=swizzled)
+    want_q, want_sf = reference.quantize_nvfp4(bits, np.float32(tsf), sf_layout=layout)
+    assert_bytes_equal(_bytes(q), want_q, "q")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "sf")
+    q, sf = peers.fp4_quantize(_cuda(bits), torch.tensor([1 / tsf], device="cuda"), is_sf_swizzled_layout=swizzled,
+                               is_global_scale_inversed=True)
+    want_q, want_sf = reference.quantize_nvfp4(bits, np.float32(1) / np.float32(1 / tsf), sf_layout=layout)
+    assert_bytes_equal(_bytes(q), want_q, "q inversed")
+    q, sf = peers.fp4_quantize(_cuda(bits), sf_vec_size=32, sf_use_ue8m0=True, is_sf_swizzled_layout=swizzled)
+    want_q, want_sf = reference.quantize_mxfp4(bits, mode="rceil", sf_layout=layout)
+    assert_bytes_equal(_bytes(q), want_q, "mx q")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "mx sf")
+
+
+@gpu
+def test_silu_and_mul_drop_ins_bytes():
+    m, n = 300, 128
+    bits = mixed_groups((m, 2 * n), np.random.default_rng(2))
+    t = torch.tensor([0.5], device="cuda")
+    want_q, want_sf = reference.silu_and_mul_quantize_nvfp4(bits, np.float32(0.5))
+    q, sf = peers.silu_and_mul_nvfp4_quantize(_cuda(bits), t)
+    assert_bytes_equal(_bytes(q), want_q, "FlashInfer q")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "FlashInfer sf")
+    result = torch.full((m, n // 2), 0xEE, dtype=torch.uint8, device="cuda")
+    scale = torch.full((round_up(m, 128), round_up(n // 16, 4) // 4), -1, dtype=torch.int32, device="cuda")
+    ft.silu_and_mul_nvfp4_quant(result, scale, _cuda(bits), t)
+    assert_bytes_equal(_bytes(result), want_q, "vLLM result")
+    assert_bytes_equal(scale.view(torch.uint8).cpu().numpy().reshape(-1), want_sf.reshape(-1), "vLLM scale")
+
+
+def _engine_calls(x, t, result, scale):
+    q, sf = peers.fp4_quantize(x, t)
+    qm, sfm = peers.fp4_quantize(x, sf_vec_size=32, sf_use_ue8m0=True, is_sf_swizzled_layout=False)
+    qn, sfn = peers.nvfp4_quantize(x, t, peers.SfLayout.layout_linear)
+    hq, hsf = peers.silu_and_mul_nvfp4_quantize(x, t)
+    ft.silu_and_mul_nvfp4_quant(result, scale, x, t)
+    vq, vsf = ft.scaled_fp4_quant(x, t)
+    return q, sf, qm, sfm, qn, sfn, hq, hsf, result, scale, vq, vsf
+
+
+def test_compile_traces_the_drop_ins_without_a_graph_break_or_a_recompile():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(_engine_calls, backend=counter, fullgraph=True, dynamic=True)
+    mode = FakeTensorMode()
+    for m, k in ((300, 256), (1000, 512)):
+        with mode:
+            args = (fake_cuda((m, k)), fake_cuda((1,), torch.float32), fake_cuda((m, k // 4), torch.uint8),
+                    fake_cuda((round_up(m, 128), round_up(k // 32, 4) // 4), torch.int32))
+        got = compiled(*args)
+        with mode:
+            want = _engine_calls(*args)
+        assert [meta(g) for g in got] == [meta(w) for w in want]
+    assert counter.frame_count == 1
