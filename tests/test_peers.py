@@ -173,7 +173,10 @@ def _engine_calls(x, t, result, scale):
     hq, hsf = peers.silu_and_mul_nvfp4_quantize(x, t)
     ft.silu_and_mul_nvfp4_quant(result, scale, x, t)
     vq, vsf = ft.scaled_fp4_quant(x, t)
-    return q, sf, qm, sfm, qn, sfn, hq, hsf, result, scale, vq, vsf
+    w = x.new_ones((x.shape[-1],))
+    rq, rsf = peers.rmsnorm_fp4quant(x, w, global_scale=t, is_sf_swizzled_layout=True)
+    aq, asf = peers.add_rmsnorm_fp4quant(x, torch.empty_like(x), w, block_size=32)
+    return q, sf, qm, sfm, qn, sfn, hq, hsf, result, scale, vq, vsf, rq, rsf, aq, asf
 
 
 def test_compile_traces_the_drop_ins_without_a_graph_break_or_a_recompile():
@@ -192,3 +195,64 @@ def test_compile_traces_the_drop_ins_without_a_graph_break_or_a_recompile():
             want = _engine_calls(*args)
         assert [meta(g) for g in got] == [meta(w) for w in want]
     assert counter.frame_count == 1
+
+
+# ----------------------------------------------------------------- FlashInfer's RMSNorm quantizers
+@pytest.mark.parametrize("shape", [(5, 64), (2, 130, 256)])
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_rmsnorm_fp4quant_shapes(fake, shape, block_size, swizzled):
+    m, h = math.prod(shape[:-1]), shape[-1]
+    groups = h // block_size
+    sf_dtype = torch.float8_e4m3fn if block_size == 16 else torch.uint8
+    want_sf = ((round_up(m, 128) * round_up(groups, 4),) if swizzled else shape[:-1] + (groups,))
+    y, sf = peers.rmsnorm_fp4quant(fake_cuda(shape), fake_cuda((h,)), block_size=block_size,
+                                   is_sf_swizzled_layout=swizzled)
+    assert meta(y) == (shape[:-1] + (h // 2,), torch.float4_e2m1fn_x2) and meta(sf) == (want_sf, sf_dtype)
+    y2, sf2 = fake_cuda(shape[:-1] + (h // 2,), torch.uint8), fake_cuda(want_sf, sf_dtype)
+    got = peers.add_rmsnorm_fp4quant(fake_cuda(shape), fake_cuda(shape), fake_cuda((h,)), y2, sf2,
+                                     fake_cuda((1,), torch.float32), block_size=block_size,
+                                     is_sf_swizzled_layout=swizzled)
+    assert got[0] is y2 and got[1] is sf2
+
+
+def test_linear_scales_are_the_references_linear_layout():
+    # The swizzled bytes' permutation back to rows and groups, on CPU tensors.
+    bits = mixed_groups((300, 320), np.random.default_rng(5))
+    _, swizzled = reference.quantize_nvfp4(bits, np.float32(1.0), sf_layout="swizzled")
+    _, linear = reference.quantize_nvfp4(bits, np.float32(1.0), sf_layout="linear")
+    got = peers.linear_scales(torch.from_numpy(swizzled.reshape(-1)), 300, 20)
+    assert_bytes_equal(got.contiguous().numpy(), linear, "linear scales")
+
+
+def test_rmsnorm_drop_in_rules(fake):
+    x, w = fake_cuda((4, 64)), fake_cuda((64,))
+    with pytest.raises(ValueError, match="block_size and scale_format must be 16 with 'e4m3'"):
+        peers.rmsnorm_fp4quant(x, w, block_size=16, scale_format="ue8m0")
+    with pytest.raises(ValueError, match="y_fp4 and block_scale must be given together"):
+        peers.rmsnorm_fp4quant(x, w, y_fp4=fake_cuda((4, 32), torch.uint8))
+
+
+@gpu
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_rmsnorm_drop_ins_bytes(swizzled):
+    m, h = 300, 512
+    rng = np.random.default_rng(6)
+    x, res = mixed_groups((m, h), rng), mixed_groups((m, h), rng)
+    w = (0x3F80 + rng.integers(0, 64, h)).astype(np.uint16)
+    layout = "swizzled" if swizzled else "linear"
+    y, sf = peers.rmsnorm_fp4quant(_cuda(x), _cuda(w), global_scale=torch.tensor([2.0], device="cuda"),
+                                   is_sf_swizzled_layout=swizzled)
+    want_q, want_sf = reference.rms_norm_quantize_nvfp4(x, w, np.float32(2.0), sf_layout=layout)
+    assert_bytes_equal(_bytes(y), want_q, "y")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "sf")
+    residual = _cuda(res)
+    want_res = res.copy()
+    want_q, want_sf = reference.rms_norm_quantize_nvfp4(x, w, np.float32(1.0), residual=want_res, sf_layout="swizzled")
+    y, sf, linear = peers.add_rmsnorm_fp4quant(_cuda(x), residual, _cuda(w), output_both_sf_layouts=True)
+    assert_bytes_equal(residual.view(torch.int16).cpu().numpy().view(np.uint16), want_res, "residual")
+    assert_bytes_equal(_bytes(y), want_q, "add y")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "add sf")
+    assert meta(linear) == ((m, h // 16), torch.float8_e4m3fn)
+    want_linear = reference.rms_norm_quantize_nvfp4(x, w, np.float32(1.0), residual=res.copy(), sf_layout="linear")[1]
+    assert_bytes_equal(_bytes(linear), want_linear, "add linear sf")

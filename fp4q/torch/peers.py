@@ -1,7 +1,8 @@
 """Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant`` and
-``silu_and_mul_nvfp4_quant``, FlashInfer's ``fp4_quantize``, ``nvfp4_quantize`` and
-``silu_and_mul_nvfp4_quantize``, each with the peer's call shape (name, argument order,
-defaults, dtypes, output shapes) on fp4q's registered ops, so the bits are the spec's.
+``silu_and_mul_nvfp4_quant``; FlashInfer's ``fp4_quantize``, ``nvfp4_quantize``,
+``silu_and_mul_nvfp4_quantize``, ``rmsnorm_fp4quant`` and ``add_rmsnorm_fp4quant``. Each has
+the peer's call shape (name, argument order, defaults, dtypes, output shapes) on fp4q's
+registered ops, so the bits are the spec's.
 ``docs/peers.md`` reads each call from the peer's code and says where the peer's own bytes
 differ (approximate reciprocals, another rounding of the intermediate).
 
@@ -209,3 +210,86 @@ def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizz
     q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, _global_scale(global_scale, "global_scale"), layout,
                                                    _pdl(enable_pdl), False)
     return q, _scales_2d(sf, layout == "swizzled", rows.shape[0])
+
+
+def _formats(block_size, scale_format) -> str:
+    """FlashInfer's ``block_size`` and ``scale_format`` as fp4q's format."""
+    fmt = {(16, None): "nvfp4", (16, "e4m3"): "nvfp4", (32, None): "mxfp4", (32, "ue8m0"): "mxfp4"}.get(
+        (block_size, scale_format))
+    if fmt is None:
+        raise ValueError(f"block_size and scale_format must be 16 with 'e4m3' (NVFP4) or 32 with 'ue8m0' (MXFP4), "
+                         f"got {block_size!r} and {scale_format!r}")
+    return fmt
+
+
+def linear_scales(sf_swizzled, rows: int, groups: int):
+    """The linear ``(rows, groups)`` scales of fp4q's swizzled ``(R / 128, C / 4, 32, 4, 4)``
+    ones (any view of their bytes): row ``mb * 128 + r4 * 32 + r32`` and group ``kb * 4 + c4``
+    sit at ``[mb, kb, r32, r4, c4]``."""
+    blocks, quads = -(-rows // 128), -(-groups // 4)
+    sw = sf_swizzled.reshape(blocks, quads, 32, 4, 4)
+    return sw.permute(0, 3, 2, 1, 4).reshape(blocks * 128, quads * 4)[:rows, :groups]
+
+
+def _rms_norm(input, weight, residual, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
+              is_sf_swizzled_layout, enable_pdl):
+    """FlashInfer's RMSNorm quantizers on fp4q's ops: the outputs, allocated where not given (the
+    swizzled scales as a flat byte buffer, FlashInfer's shape)."""
+    fmt = _formats(block_size, scale_format)
+    _require_input(input, "input", block_size)
+    layout = "swizzled" if is_sf_swizzled_layout else "linear"
+    add = "" if residual is None else "add_"
+    inputs = (input, weight) if residual is None else (input, weight, residual)
+    scale = () if fmt == "mxfp4" else (
+        (1.0,) if global_scale is None else (_global_scale(global_scale, "global_scale"),))
+    overload = "default" if not scale or not isinstance(scale[0], torch.Tensor) else "Tensor"
+    options = (eps, layout) if fmt == "nvfp4" else (eps, "rceil", layout)
+    rows, groups = math.prod(input.shape[:-1]), input.shape[-1] // block_size
+    if y_fp4 is None and block_scale is None:
+        op = getattr(getattr(ops, f"{add}rms_norm_quantize_{fmt}"), overload)
+        y_fp4, sf = op(*inputs, *scale, *options, _pdl(enable_pdl), True)
+        if fmt == "mxfp4":  # FlashInfer's ue8m0 scales are uint8
+            sf = sf.view(torch.uint8)
+        return y_fp4, (sf.view(-1) if is_sf_swizzled_layout else sf)
+    if y_fp4 is None or block_scale is None:
+        raise ValueError("y_fp4 and block_scale must be given together (fp4q writes both or allocates both)")
+    sf = block_scale
+    if is_sf_swizzled_layout:
+        sf = _bytes_as(block_scale, -(-rows // 128), -(-groups // 4), 32, 4, 4)
+    op = getattr(getattr(ops, f"{add}rms_norm_quantize_{fmt}_out"), overload)
+    op(*inputs, *scale, y_fp4, sf, *options, _pdl(enable_pdl))
+    return y_fp4, block_scale
+
+
+def rmsnorm_fp4quant(input, weight, y_fp4=None, block_scale=None, global_scale=None, eps=1e-6, block_size=16,
+                     scale_format=None, is_sf_swizzled_layout=False, enable_pdl=None):
+    """FlashInfer's ``rmsnorm_fp4quant``: RMSNorm of ``input`` ``(B, H)`` or ``(B, S, H)`` with
+    ``weight`` ``(H,)`` quantized to NVFP4 (``block_size=16``) or MXFP4 (32) in one kernel.
+    Returns ``(y_fp4, block_scale)``: ``float4_e2m1fn_x2`` ``(..., H // 2)`` and the scales,
+    linear ``(..., H // block_size)`` or, swizzled, a flat buffer of their bytes (written
+    into ``y_fp4`` and ``block_scale`` where given). ``global_scale`` is a float32 tensor of
+    one element, quantize direction (None: 1.0). The normalized values are vLLM's
+    roundings (``docs/peers.md``), not FlashInfer's."""
+    return _rms_norm(input, weight, None, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
+                     is_sf_swizzled_layout, enable_pdl)
+
+
+def add_rmsnorm_fp4quant(input, residual, weight, y_fp4=None, block_scale=None, global_scale=None, eps=1e-6,
+                         block_size=16, scale_format=None, is_sf_swizzled_layout=False, output_both_sf_layouts=False,
+                         block_scale_unswizzled=None, enable_pdl=None):
+    """FlashInfer's ``add_rmsnorm_fp4quant``: ``residual += input`` (in place), then as
+    ``rmsnorm_fp4quant`` of it. ``output_both_sf_layouts=True`` returns the linear scales of the
+    same values third (into ``block_scale_unswizzled`` where given), beside the swizzled
+    ones."""
+    if output_both_sf_layouts:  # FlashInfer's block_scale is then the swizzled one, the other linear
+        is_sf_swizzled_layout = True
+    y_fp4, block_scale = _rms_norm(input, weight, residual, y_fp4, block_scale, global_scale, eps, block_size,
+                                   scale_format, is_sf_swizzled_layout, enable_pdl)
+    if not output_both_sf_layouts:
+        return y_fp4, block_scale
+    rows, groups = math.prod(input.shape[:-1]), input.shape[-1] // block_size
+    linear = linear_scales(block_scale.view(torch.uint8), rows, groups).reshape(*input.shape[:-1], groups)
+    if block_scale_unswizzled is None:
+        return y_fp4, block_scale, linear.contiguous().view(block_scale.dtype)
+    block_scale_unswizzled.view(torch.uint8).copy_(linear)
+    return y_fp4, block_scale, block_scale_unswizzled
