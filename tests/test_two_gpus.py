@@ -148,3 +148,24 @@ def test_torch_on_the_second_gpu(cp2):
     assert np.float32(scale.cpu().numpy()) == want[2]
     want = reference.silu_and_mul_quantize_nvfp4(bits, np.float32(0.5))
     assert_bytes_equal(hq.cpu().numpy(), want[0], "torch silu q")
+
+
+@gpu
+def test_rms_norm_on_the_second_gpu(cp2):
+    rng = np.random.default_rng(4)
+    bits, res = mixed_groups((M, K), rng), mixed_groups((M, K), rng)
+    w = (0x3F80 + rng.integers(0, 64, K)).astype(np.uint16)
+    x, weight, residual = on(cp2, 1, bits), on(cp2, 1, w), on(cp2, 1, res)
+    q, sf = fp4q.rms_norm_quantize_nvfp4(x, weight, 0.5, residual=residual)
+    qm, sfm = fp4q.rms_norm_quantize_mxfp4(x, weight)
+    with cp2.cuda.Device(1):
+        cp2.cuda.Device().synchronize()
+    assert_on((q, sf, qm, sfm), 1)
+    want_res = res.copy()
+    want = reference.rms_norm_quantize_nvfp4(bits, w, np.float32(0.5), residual=want_res)
+    assert_bytes_equal(cp2.asnumpy(residual), want_res, "residual")
+    assert_bytes_equal(cp2.asnumpy(q), want[0], "q")
+    assert_bytes_equal(cp2.asnumpy(sf), want[1], "sf")
+    want = reference.rms_norm_quantize_mxfp4(bits, w)
+    assert_bytes_equal(cp2.asnumpy(qm), want[0], "mx q")
+    assert_bytes_equal(cp2.asnumpy(sfm), want[1], "mx sf")
