@@ -43,7 +43,14 @@ def main() -> int:
                         help="print each quantize call before it runs (where a hang under a tool stopped)")
     parser.add_argument("--emulate-sm80", action="store_true",
                         help=f"run the pre-Hopper kernels, built as {EMULATED_SM_80} (needs an sm_90a device)")
+    parser.add_argument("--device", type=int, default=0,
+                        help="the GPU every input and output lives on (1: the second GPU's per-device state)")
     args = parser.parse_args()
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= args.device < count:
+        print(f"--device must name one of the {count} GPUs (0 to {count - 1}), got {args.device}", flush=True)
+        return 2
+    cp.cuda.Device(args.device).use()
     configs = {**SIMT} if args.emulate_sm80 else {**SHIPPED, **SHIPPED_MX, **SIMT}
     if args.configs != "all":
         configs = {name: configs[name] for name in args.configs.split(",")}
