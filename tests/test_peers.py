@@ -21,6 +21,7 @@ from fp4q.numerics import reference  # noqa: E402
 from fp4q.torch import peers  # noqa: E402
 
 from helpers import assert_bytes_equal, mixed_groups  # noqa: E402
+from torch_fakes import fake, fake_cuda  # noqa: E402,F401 (fake: a fixture)
 
 gpu = pytest.mark.gpu
 BF16 = torch.bfloat16
@@ -28,16 +29,6 @@ BF16 = torch.bfloat16
 
 def round_up(v: int, to: int) -> int:
     return -(-v // to) * to
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def fake_cuda(shape, dtype=BF16):
-    return torch.empty(shape, dtype=dtype, device="cuda")
 
 
 def meta(t) -> tuple:

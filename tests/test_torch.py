@@ -24,6 +24,7 @@ from fp4q.numerics import reference  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from helpers import assert_bytes_equal, mixed_groups, random_bf16  # noqa: E402
+from torch_fakes import fake, fake_cuda  # noqa: E402,F401 (fake: a fixture)
 
 gpu = pytest.mark.gpu
 BF16 = torch.bfloat16
@@ -41,16 +42,6 @@ def sf_shape(shape: tuple, group: int, layout: str) -> tuple:
 
 # Input shapes: 1-D (one row), 2-D, 3-D; M not a multiple of 128; K not a multiple of 64.
 SHAPES = [(64,), (1, 96), (5, 48), (300, 128), (200, 320), (2, 130, 64), (3, 7, 224)]
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def fake_cuda(shape, dtype=BF16):
-    return torch.empty(shape, dtype=dtype, device="cuda")
 
 
 def meta(t) -> tuple:
