@@ -28,7 +28,7 @@ ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_
 
 def _function(op: Op):
     other = op.with_input[1] if op.with_input is not None else op
-    return function(op, body(op, "RUN", "RUN_WITH"),
+    return function(op, body(op, "TARGET(ARGS, ALLOCATE)"),
                     {"RUN": runner(op), "RUN_WITH": runner(other), "ALLOCATE": cupy_outputs})
 
 

@@ -60,15 +60,17 @@ def grouped_arguments(op: Op) -> str:
     return f"({inputs}), {scale}, ({options}), ({outputs}), stream, {config}, pdl"
 
 
-def body(op: Op, run: str, run_with: str) -> str:
-    """The body of ``op``'s function that hands its arguments to ``run`` (a runner's name
-    in the function's namespace) with ``ALLOCATE``, or, where the caller gives ``op``'s
-    ``with_input``, to ``run_with`` (the other op's runner)."""
+def body(op: Op, call: str) -> str:
+    """The body of ``op``'s function: ``return`` ``call`` (source naming ``TARGET`` and ``ARGS``)
+    with ``TARGET`` as ``RUN`` and ``ARGS`` as ``grouped_arguments(op)``; where the caller gives
+    ``op``'s ``with_input``, with ``RUN_WITH`` and the other op's arguments instead. The
+    function's namespace binds ``RUN`` and ``RUN_WITH``."""
     lines = []
     if op.with_input is not None:
         array, other = op.with_input
-        lines += [f"    if {array.name} is not None:", f"        return {run_with}({grouped_arguments(other)}, ALLOCATE)"]
-    return "\n".join(lines + [f"    return {run}(ARGS, ALLOCATE)"]) + "\n"
+        lines += [f"    if {array.name} is not None:",
+                  "        return " + call.replace("TARGET", "RUN_WITH").replace("ARGS", grouped_arguments(other))]
+    return "\n".join(lines + ["    return " + call.replace("TARGET", "RUN")]) + "\n"
 
 
 def docstring(op: Op) -> str:

@@ -29,7 +29,7 @@ import torch
 from ..ops.api import OPS
 from ..ops.declare import DYNAMIC, Choice, Op
 from ..ops.engine import run
-from ..ops.entry import function, grouped_arguments
+from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
 
@@ -110,15 +110,11 @@ def _wrapper(op: Op):
     """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes; given
     its ``with_input``, the other op's call."""
     other = op.with_input[1] if op.with_input is not None else op
-    namespace = {"dispatch": dispatch, "ENTRY": Entry(op), "ENTRY_WITH": Entry(other)}
-    fp4 = "fp4_dtype" if has_codes(op) else "False"
-    extra = (("fp4_dtype", "False"),) if has_codes(op) else ()
-    lines = []
-    if op.with_input is not None:
-        lines += [f"    if {op.with_input[0].name} is not None:",
-                  f"        return dispatch(ENTRY_WITH, {grouped_arguments(other)}, {fp4})"]
-    lines.append(f"    return dispatch(ENTRY, ARGS, {fp4})")
-    return function(op, "\n".join(lines) + "\n", namespace, extra, module="fp4q.torch")
+    namespace = {"dispatch": dispatch, "RUN": Entry(op), "RUN_WITH": Entry(other)}
+    if has_codes(op):
+        return function(op, body(op, "dispatch(TARGET, ARGS, fp4_dtype)"), namespace, (("fp4_dtype", "False"),),
+                        module="fp4q.torch")
+    return function(op, body(op, "dispatch(TARGET, ARGS, False)"), namespace, module="fp4q.torch")
 
 
 _FUNCTIONS = {op.name: _wrapper(op) for op in OPS}
