@@ -67,14 +67,20 @@ def mixed_groups(shape, rng, edge_fraction=0.1, tiny_fraction=0.1) -> np.ndarray
 
 
 def assert_bytes_equal(got, want, what: str) -> None:
-    got = np.asarray(got)
-    want = np.asarray(want)
+    """The arrays hold the same bits (floats compared as their bit patterns, so NaN equals
+    the same NaN and 0.0 differs from -0.0)."""
+    got = _as_bits(np.asarray(got))
+    want = _as_bits(np.asarray(want))
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     bad = np.argwhere(got != want)
     if bad.size:
         first = [tuple(int(i) for i in idx) for idx in bad[:8]]
         details = ", ".join(f"{i}: got {got[i]:#04x} want {want[i]:#04x}" for i in first)
         raise AssertionError(f"{what}: {len(bad)} of {got.size} bytes differ; first {details}")
+
+
+def _as_bits(a: np.ndarray) -> np.ndarray:
+    return a.view(f"u{a.itemsize}") if a.dtype.kind in "fV" else a  # V: ml_dtypes bfloat16
 
 
 # A training-sized tensor of 2**32 + 1.5 * 2**20 elements (8 GB of bf16), and rows whose first byte lies
