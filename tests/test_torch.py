@@ -713,11 +713,13 @@ def test_compile_fullgraph_dynamic_on_the_device(backend, ops):
     counter = CompileCounterWithBackend(backend)
     compiled = torch.compile(ops, backend=counter, fullgraph=True, dynamic=True)
     compiled_q = torch.compile(_quantize_and_back, backend=backend, fullgraph=True, dynamic=True)
+    frames = []
     for m, k in ((300, 320), (1000, 640)):
         bits = _bits((m, k))
         x = _cuda(bits)
         t = torch.tensor(float(reference.global_scale(bits)), dtype=torch.float32, device="cuda")
         got = compiled(x, t, torch.empty_like(x))
+        frames.append(counter.frame_count)
         want = ops(x, t, torch.empty_like(x))
         torch.cuda.synchronize()
         assert len(got) == len(want)
@@ -726,7 +728,12 @@ def test_compile_fullgraph_dynamic_on_the_device(backend, ops):
             assert_bytes_equal(_bytes(g).reshape(-1).view(np.uint8), _bytes(w).reshape(-1).view(np.uint8),
                                f"output {i} {m}x{k}")
         _check_compiled(bits, float(t), compiled_q(x, t))
-    assert counter.frame_count == 1
+    # One compile serves both shapes. Under dynamic=True a float that is not a literal (the
+    # RMSNorm ops' default eps) is traced as a symbol; AOT's pass that turns such floats into
+    # tensors cannot for a custom op's float argument, so torch specializes it and restarts the
+    # first trace once: the backend is then called twice for that one compile.
+    assert frames[0] <= (2 if backend == "aot_eager" and ops is _every_op else 1)
+    assert frames[1] == frames[0], "the second shape recompiled"
 
 
 @gpu
