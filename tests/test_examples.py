@@ -52,15 +52,19 @@ def _reference_round_trip(x_bits):
     return np.asarray(scale), q, sf, reference.dequantize_nvfp4(q, sf, scale, dtype="bfloat16")
 
 
-def test_cupy_check_passes_the_reference_and_fails_a_changed_byte():
-    x_bits = cupy_round_trip.bf16_activations(M, K)
-    outputs = _reference_round_trip(x_bits)
-    cupy_round_trip.check(x_bits, *outputs)
+def assert_checks_every_output(check, outputs) -> None:
+    """``check(*outputs)`` passes, and fails once any one output has a byte changed."""
+    check(*outputs)
     for i in range(len(outputs)):
         changed = list(outputs)
         changed[i] = flipped(outputs[i], index=outputs[i].nbytes // 2)
         with pytest.raises(AssertionError):
-            cupy_round_trip.check(x_bits, *changed)
+            check(*changed)
+
+
+def test_cupy_check_passes_the_reference_and_fails_a_changed_byte():
+    x_bits = cupy_round_trip.bf16_activations(M, K)
+    assert_checks_every_output(lambda *out: cupy_round_trip.check(x_bits, *out), _reference_round_trip(x_bits))
 
 
 # ------------------------------------------------------------------------------------------- torch
@@ -194,10 +198,5 @@ def test_fused_serving_check_passes_the_reference_and_fails_a_changed_byte():
     q_norm, sf_norm = reference.rms_norm_quantize_nvfp4(host["x"], host["weight"], np.float32(1.0),
                                                         residual=residual)
     q_mlp, sf_mlp = reference.silu_and_mul_quantize_nvfp4(host["gate_up"], np.float32(1.0))
-    outputs = (residual, q_norm, sf_norm, q_mlp, sf_mlp)
-    fused_serving.check(host, *outputs)
-    for i in range(len(outputs)):
-        changed = list(outputs)
-        changed[i] = flipped(outputs[i], index=outputs[i].nbytes // 2)
-        with pytest.raises(AssertionError):
-            fused_serving.check(host, *changed)
+    assert_checks_every_output(lambda *out: fused_serving.check(host, *out),
+                               (residual, q_norm, sf_norm, q_mlp, sf_mlp))
