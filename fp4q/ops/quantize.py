@@ -19,7 +19,6 @@ from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
 from ..kernels.call import SF_LAYOUTS
 from ..numerics.formats import MX_MODES
-from .checks import RowsView
 from .declare import DYNAMIC, Array, Choice, Op, TensorScale
 from .global_scale import ScaleLaunch, X
 from .plans import NO_LAUNCH, KernelLaunch
@@ -34,17 +33,20 @@ OUT = Array("out", "codes", doc="packed e2m1 pairs, uint8 ``(..., K // 2)``: ele
 TWO_PASS_MODE = "pointer"
 
 
-def alignment_obstacle(view: RowsView, pointers: list[int], swizzled: bool) -> str | None:
-    """Why neither the TMA nor the vector kernel can serve these pointers (x, out, sf_out), or None."""
-    x_ptr, q_ptr, sf_ptr = pointers[:3]
-    if x_ptr % 16:
-        return f"x's base address {x_ptr:#x} is not 16-byte aligned"
+def alignment_obstacle(plan, pointers: list[int]) -> str | None:
+    """Why kernels that load and store 16 bytes at a time (TMA, the vector and row kernels)
+    cannot serve these pointers (the main input's, the further inputs', the outputs', in the
+    op's order), or None: each base 16-byte aligned (linear scales, written a byte at a time,
+    excepted), and so the main input's row stride."""
+    view, op = plan.view, plan.op
+    if pointers[0] % 16:
+        return f"{op.main.name}'s base address {pointers[0]:#x} is not 16-byte aligned"
     if (view.row_stride * view.itemsize) % 16:
-        return f"x's row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
-    if q_ptr % 16:
-        return f"out's base address {q_ptr:#x} is not 16-byte aligned"
-    if swizzled and sf_ptr % 16:
-        return f"sf_out's base address {sf_ptr:#x} is not 16-byte aligned"
+        return f"{op.main.name}'s row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
+    swizzled = plan.call["sf_layout"] == "swizzled"
+    for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
+        if ptr % 16 and (array.kind != "scales" or swizzled):
+            return f"{array.name}'s base address {ptr:#x} is not 16-byte aligned"
     return None
 
 
@@ -53,7 +55,7 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
     tuned choice (a TMA config fitted to its prologue's stages), with the call's fields."""
     call = dict(plan.call, tensor_sf_mode=mode, arch=arch)
     view, k = plan.view, plan.geometry.k
-    obstacle = alignment_obstacle(view, pointers, call["sf_layout"] == "swizzled")
+    obstacle = alignment_obstacle(plan, pointers)
     if isinstance(config, SimtConfig):
         if config.vector and obstacle is not None:
             raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
@@ -142,7 +144,7 @@ def dynamic_launch(plan, pointers: list[int], config, dev):
                              plan.op.slots)
     two_passes = TwoPasses(scale, quantize)
     swizzled = plan.call["sf_layout"] == "swizzled"
-    if (config is not None or alignment_obstacle(view, pointers, swizzled) is not None
+    if (config is not None or alignment_obstacle(plan, pointers) is not None
             or view.rows * plan.geometry.k > FUSED_DYNAMIC_MAX_ELEMENTS):
         return two_passes
     cfg = FusedDynamicConfig(**dict(plan.call, arch=dev.arch))

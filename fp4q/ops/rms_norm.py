@@ -16,7 +16,7 @@ from ..kernels.rows import RowConfig, for_row, longest_row
 from .declare import Array, Number, Op, TensorScale
 from .global_scale import X
 from .plans import NO_LAUNCH, KernelLaunch
-from .quantize import MX_MODE, OUT, SF_LAYOUT
+from .quantize import MX_MODE, OUT, SF_LAYOUT, alignment_obstacle
 
 WEIGHT = Array("weight", "like_row", output=False, doc="the norm's weight ``(K,)``, in ``x``'s dtype")
 RESIDUAL = Array("residual", "like_main", output=False, inplace=True,
@@ -25,19 +25,6 @@ RESIDUAL = Array("residual", "like_main", output=False, inplace=True,
 EPS = Number("eps", 1e-6, doc="added to the mean square, rounded to float32 (finite, ``>= 0``)")
 H = ("``h = dtype(dtype(r * rinv) * weight)`` per row, ``rinv = 1 / sqrt(sum(r**2) / K + eps)`` in float32 "
      "(the sum in the spec's fixed pairwise order), ``r`` the row of ``x``")
-
-
-def _alignment_obstacle(plan, pointers: list[int]) -> str | None:
-    """Why the row kernel's 16-byte loads and stores cannot serve these pointers, or None."""
-    view = plan.view
-    if (view.row_stride * view.itemsize) % 16:
-        return f"x's row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
-    swizzled = plan.call["sf_layout"] == "swizzled"
-    names = [plan.op.main.name, *(a.name for a in plan.op.inputs), *(o.name for o in plan.op.outputs)]
-    for name, ptr in zip(names, pointers):
-        if ptr % 16 and (name != "sf_out" or swizzled):
-            return f"{name}'s base address {ptr:#x} is not 16-byte aligned"
-    return None
 
 
 class RowKernels:
@@ -57,7 +44,7 @@ class RowKernels:
         if k > longest_row(op.fmt):
             raise ValueError(f"K must be at most {longest_row(op.fmt)} for {op.name} (a row is normalized in one "
                              f"CTA), got {k}")
-        obstacle = _alignment_obstacle(plan, pointers)
+        obstacle = alignment_obstacle(plan, pointers)
         if obstacle is not None:
             raise ValueError(f"{op.name} loads and stores 16 bytes at a time: {obstacle}")
         dev = driver.device(plan.view.device)
