@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from ..kernels.rules import align_up
+
 ops = torch.ops.fp4q
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -30,10 +32,6 @@ class SfLayout(enum.IntEnum):
     layout_128x4 = 0
     layout_8x4 = 1
     layout_linear = 2
-
-
-def _round_up(v: int, to: int) -> int:
-    return -(-v // to) * to
 
 
 def _require_input(t, name: str, group: int, halves: bool = False) -> None:
@@ -120,7 +118,7 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
     if input.dim() != 2:
         raise ValueError(f"input must be 2-D (M, 2N), got shape {tuple(input.shape)}")
     m, n = input.shape[0], input.shape[1] // 2
-    rows, cols = _round_up(m, 128), _round_up(n // 16, 4)
+    rows, cols = align_up(m, 128), align_up(n // 16, 4)
     scale = result_block_scale
     if scale.dtype == torch.int32:
         if tuple(scale.shape) != (rows, cols // 4):
