@@ -390,7 +390,7 @@ def test_tensor_sf_bool(tensor_sf, path, cp):
     )
 
 
-STRING_RULE = _words("a float, a device float32 scalar or 'dynamic'")
+STRING_RULE = _words(f"a float, a device float32 scalar, a device float32 array of one value per row, 'dynamic' or 'dynamic_per_row'")
 
 
 @pytest.mark.parametrize("tensor_sf", ["1.0", "static"])

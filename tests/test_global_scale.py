@@ -275,7 +275,7 @@ def test_argument_errors(cp):
         fp4q.global_scale(cp.zeros((4, 16), dtype=cp.float32))
     with pytest.raises(TypeError, match="pdl must be a bool, got None"):
         fp4q.global_scale(cp.zeros((4, 16), dtype=cp.uint16), pdl=None)
-    with pytest.raises(ValueError, match="tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'auto'"):
+    with pytest.raises(ValueError, match="tensor_sf must be a float, a device float32 scalar, a device float32 array of one value per row, 'dynamic' or 'dynamic_per_row', got 'auto'"):
         fp4q.quantize_nvfp4(cp.zeros((4, 16), dtype=cp.uint16), "auto")
 
 

@@ -930,7 +930,7 @@ def test_global_scale_rules_first_and_after_a_plan_exists(gpu):
         (lambda: global_scale(x, pdl=None), TypeError, "pdl must be a bool, got None"),
         (lambda: global_scale(x, stream=[0]), TypeError, "stream must be a cupy.cuda.Stream"),
         (lambda: api.quantize_nvfp4(x, "auto"), ValueError,
-         "tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'auto'"),
+         "tensor_sf must be a float, a device float32 scalar, a device float32 array of one value per row, 'dynamic' or 'dynamic_per_row', got 'auto'"),
     ]
     for stored in (False, True):
         if stored:

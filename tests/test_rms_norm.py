@@ -179,7 +179,8 @@ def test_rules_on_weight_residual_eps_and_k(cp):
     with pytest.raises(ValueError, match=r"^K \(the last dimension of x\) must be a multiple of 32 for "
                                          r"rms_norm_quantize_mxfp4, got 48$"):
         fp4q.rms_norm_quantize_mxfp4(cp.asarray(np.zeros((4, 48), np.uint16)), cp.asarray(np.zeros(48, np.uint16)))
-    with pytest.raises(ValueError, match=r"^tensor_sf must be a float or a device float32 scalar, got 'dynamic'$"):
+    with pytest.raises(ValueError, match=r"^tensor_sf must be a float, a device float32 scalar, a device float32 "
+                                         r"array of one value per row or 'dynamic_per_row', got 'dynamic'$"):
         fp4q.rms_norm_quantize_nvfp4(x, w, "dynamic")
     with pytest.raises(TypeError, match=r"^config must be None or a RowConfig, got SimtConfig$"):
         fp4q.rms_norm_quantize_nvfp4(x, w, 1.0, config=fp4q.SimtConfig())

@@ -213,7 +213,7 @@ def test_fp16_input(fake):
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 0.0), ValueError,
      "tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got 0.0"),
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), "static"), ValueError,
-     "tensor_sf must be a float, a device float32 scalar or 'dynamic', got 'static'"),
+     "tensor_sf must be a float, a device float32 scalar, a device float32 array of one value per row, 'dynamic' or 'dynamic_per_row', got 'static'"),
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, sf_layout="rows"), ValueError,
      "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
     (lambda: ft.quantize_mxfp4(fake_cuda((8, 32)), mode="up"), ValueError,

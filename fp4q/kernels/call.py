@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
@@ -33,6 +33,9 @@ PROLOGUE_OPS = {"silu_mul": "silu_and_mul", "rms_norm": "rms_norm", "add_rms_nor
 # How a kernel gets the tensor scale: a launch argument or a device float32. MXFP4 has none:
 # its kernels take the by-value argument and never read it.
 TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
+# The NVFP4 tensor scales taken per row, which the row kernel alone takes: a device float32
+# per row, or each row's global scale computed and written out (rows.py).
+ROW_TENSOR_SF_MODES = ("per_row", "dynamic_per_row")
 
 C = TypeVar("C", bound="CallFields")
 
@@ -50,6 +53,8 @@ class CallFields:
     out_dtype: str = "bfloat16"
     prologue: str = "none"
     arch: str = "sm_90a"
+    # Whether the kernel takes ROW_TENSOR_SF_MODES as well (the row kernel).
+    row_scales: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_arch(self.arch)
@@ -59,7 +64,7 @@ class CallFields:
         check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
-        modes = TENSOR_SF_MODES[self.fmt]
+        modes = TENSOR_SF_MODES[self.fmt] + (ROW_TENSOR_SF_MODES if self.row_scales and self.fmt == "nvfp4" else ())
         require(self.tensor_sf_mode in modes,
                 f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={self.fmt!r}, "
                 f"got {self.tensor_sf_mode!r}")

@@ -1,6 +1,7 @@
 """The row kernel's config: quantization of whole rows held in one CTA, for the
 prologues that need a statistic of the row first (``call.ROW_PROLOGUES``: RMSNorm,
-add+RMSNorm; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
+add+RMSNorm) and for the tensor scales taken per row (``call.ROW_TENSOR_SF_MODES``,
+after any prologue; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
 
 A CTA of ``threads`` threads takes one row at a time; each thread holds
 ``row_units`` units of one group (16 elements for NVFP4, 32 for MXFP4) of the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .call import ROW_PROLOGUES, CallFields
+from .call import PROLOGUES, ROW_TENSOR_SF_MODES, CallFields
 from .rules import ConfigError, check_choice
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 from .quantize import quantize_flags
@@ -31,20 +32,23 @@ ROW_QUANTIZE_PARAMS = params(
     ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("eps", "f32"), ("tensor_sf_value", "f32"),
     ("tensor_sf_ptr", "ptr"),
 )
+# The templates' ROW_SCALE per tensor_sf_mode: the launch's scale (by value or pointer), a float32
+# per row read, each row's dynamic scale written.
+ROW_SCALES = {"value": 0, "pointer": 0, ROW_TENSOR_SF_MODES[0]: 1, ROW_TENSOR_SF_MODES[1]: 2}
 
 
 @dataclass(frozen=True)
 class RowConfig(CallFields):
     """One row kernel: ``threads`` per CTA (one row at a time) and ``row_units`` groups of
-    the row per thread. The call's fields (``CallFields``) are set from each call; its
-    prologue is one of ``ROW_PROLOGUES``."""
+    the row per thread. The call's fields (``CallFields``) are set from each call: any
+    prologue, and the tensor scale per row as well."""
 
-    prologue: str = "rms_norm"
     threads: int = ROW_THREADS
     row_units: int = 1
+    row_scales = True
 
     def check(self) -> None:
-        self.check_prologue(ROW_PROLOGUES)
+        self.check_prologue(PROLOGUES)
         check_choice("threads", self.threads, (ROW_THREADS,))
         check_choice("row_units", self.row_units, ROW_UNITS[self.fmt])
 
@@ -54,10 +58,19 @@ class RowConfig(CallFields):
         multiple of 4, so the swizzled layout's padding groups fit as well)."""
         return self.threads * self.row_units * self.sf_vec_size
 
+    @property
+    def min_ctas_per_sm(self) -> int:
+        """The launch bounds' CTAs per SM: 0, ptxas's choice, which holds each row in
+        registers, except SiLU·mul's longest rows with a dynamic scale per row, which ptxas
+        would cap at 128 registers and spill on sm_90a: one CTA per SM gives them their 167."""
+        wide = self.prologue == "silu_mul" and self.row_units == 8 and self.tensor_sf_mode == "dynamic_per_row"
+        return 1 if wide else 0
+
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         constants = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size), ("ROW_UNITS", self.row_units),
-                     self.prologue_constant)
+                     self.prologue_constant, ("ROW_SCALE", ROW_SCALES[self.tensor_sf_mode]),
+                     ("ROW_MIN_CTAS", self.min_ctas_per_sm))
         return simt_spec("quantize_fp4_rows", self.arch, constants, quantize_flags(self), ROW_QUANTIZE_PARAMS,
                          self.threads, StrideGrid(1, ROW_WAVES))
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import ELEMENTWISE_PROLOGUES, INPUT_DTYPES, ROW_PROLOGUES, SF_LAYOUTS, TENSOR_SF_MODES
+from .call import (ELEMENTWISE_PROLOGUES, INPUT_DTYPES, PROLOGUES, ROW_PROLOGUES, ROW_TENSOR_SF_MODES, SF_LAYOUTS,
+                   TENSOR_SF_MODES)
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .rows import ROW_UNITS, RowConfig
 from .spec import Swizzle
@@ -186,18 +187,27 @@ def _call_variants(name: str, cfg) -> dict:
 
 
 def row_variants(arch: str) -> dict[str, RowConfig]:
-    """The row kernels (RMSNorm, add+RMSNorm) for ``arch``: every unit count, input dtype,
-    format and MXFP4 rounding mode, each the kernel ``rows.for_row`` may pick."""
+    """The row kernels for ``arch``, named ``rows_prologue_fmt_uN[_fp16][_floor]/sf_layout/
+    tensor_sf_mode``: each kernel ``rows.for_row`` may pick, in every unit count, input
+    dtype, scale layout and MXFP4 rounding mode. RMSNorm and add+RMSNorm take every
+    tensor-scale mode; the element-wise prologues run here only for the modes per row (the
+    other kernels take the rest)."""
     out = {}
-    for prologue in ROW_PROLOGUES:
-        for fmt in FORMATS:
+    for prologue in PROLOGUES:
+        row_prologue = prologue in ROW_PROLOGUES
+        for fmt in FORMATS if row_prologue else ("nvfp4",):
+            modes = TENSOR_SF_MODES[fmt] if row_prologue else ()
+            modes += ROW_TENSOR_SF_MODES if fmt == "nvfp4" else ()
             for units in ROW_UNITS[fmt]:
                 for dtype in INPUT_DTYPES:
-                    for mode in MX_MODES if fmt == "mxfp4" else ("rceil",):
-                        name = (f"rows_{prologue}_{fmt}_u{units}" + ("_fp16" if dtype == "float16" else "")
-                                + ("_floor" if mode == "floor" else ""))
-                        out[name] = RowConfig(prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype,
-                                              mx_mode=mode, arch=arch)
+                    for mx_mode in MX_MODES if fmt == "mxfp4" else ("rceil",):
+                        base = (f"rows_{prologue}_{fmt}_u{units}" + ("_fp16" if dtype == "float16" else "")
+                                + ("_floor" if mx_mode == "floor" else ""))
+                        for layout in SF_LAYOUTS:
+                            for mode in modes:
+                                out[f"{base}/{layout}/{mode}"] = RowConfig(
+                                    prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype, mx_mode=mx_mode,
+                                    sf_layout=layout, tensor_sf_mode=mode, arch=arch)
     return out
 
 
@@ -214,7 +224,6 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
     candidates = _tma_bases({**SHIPPED, **SHIPPED_MX}, arch)
     for name, cfg in choosable.items():
         candidates.update(_call_variants(name, cfg))
-    candidates.update(row_variants(arch))
     bases: dict = {}
     for name, cfg in candidates.items():
         if cfg not in bases.values():
@@ -224,6 +233,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
         for layout in SF_LAYOUTS:
             for mode in TENSOR_SF_MODES[cfg.fmt]:
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
+    out.update(row_variants(arch))
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
     return out

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
+from ..kernels.call import ROW_TENSOR_SF_MODES
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
 from ..numerics.groups import require_choice
@@ -145,10 +146,13 @@ class Array:
 class TensorScale:
     """The NVFP4 tensor scale: a float (passed by value) or a device float32 scalar (read
     by the kernel); with ``dynamic``, also the string ``"dynamic"``: the scale is computed
-    on the device and returned after the outputs."""
+    on the device and returned after the outputs; with ``per_row``, also a device float32
+    array of one value per row (shape ``(M,)`` or ``x.shape[:-1]``) and the string
+    ``"dynamic_per_row"``: each row's scale computed and returned, of that shape."""
 
     name: str = "tensor_sf"
     dynamic: bool = False
+    per_row: bool = False
     doc: str = ""
 
 
@@ -208,6 +212,7 @@ class Kernels(Protocol):
 
 
 DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
+DYNAMIC_PER_ROW = ROW_TENSOR_SF_MODES[1]  # the launch mode of tensor_sf="dynamic_per_row"
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap in plan keys
@@ -255,6 +260,19 @@ class Op:
     @property
     def dynamic(self) -> bool:
         return self.tensor_scale is not None and self.tensor_scale.dynamic
+
+    @property
+    def per_row(self) -> bool:
+        return self.tensor_scale is not None and self.tensor_scale.per_row
+
+    def row_shapes(self, g: Geometry) -> tuple[tuple[int, ...], ...]:
+        """The shapes a tensor scale per row may have: ``(M,)`` and ``x.shape[:-1]`` (that
+        of the computed ones); none where the op takes none."""
+        return ((g.view.rows,), g.lead) if self.per_row else ()
+
+    def scale_strings(self) -> tuple[str, ...]:
+        """The strings ``tensor_sf`` may be: the dynamic modes the op computes."""
+        return (DYNAMIC,) * self.dynamic + (DYNAMIC_PER_ROW,) * self.per_row
 
     def option_values(self, options: tuple) -> dict[str, Any]:
         """The options by name, each checked against its rule."""

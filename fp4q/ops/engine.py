@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, Array, Geometry, Number, Op
+from .declare import DYNAMIC, DYNAMIC_PER_ROW, Array, Geometry, Number, Op
 from .plans import plans
 from .streams import stream_handle
 
@@ -44,7 +44,7 @@ class Plan:
     """What the rules on one kind of call derived, and the launches chosen for it so far."""
 
     __slots__ = ("op", "config", "geometry", "view", "empty", "inputs", "outputs", "late", "extents", "fixed",
-                 "call", "align_mask", "main_extent", "launches", "lock")
+                 "call", "align_mask", "main_extent", "row_shapes", "launches", "lock")
 
     def __init__(self, op: Op, main: Operand, options: tuple, config) -> None:
         g = op.geometry(main, options)
@@ -70,6 +70,8 @@ class Plan:
             self.call[op.main.field] = op.main.dtypes[view.dtype]
         self.align_mask = view.itemsize - 1
         self.main_extent = view.span(0)[1]
+        # The shapes a tensor scale per row may have (and of the computed ones: the second).
+        self.row_shapes = op.row_shapes(g)
         self.launches: dict[tuple, object] = {}
         self.lock = threading.Lock()
 
@@ -168,17 +170,16 @@ def runner_source(op: Op) -> str:
     scale = op.tensor_scale
     if scale is None:
         lines.append("    mode = NO_SCALE_MODE")
-    elif scale.dynamic:
-        lines += ["    if type(tensor_sf) is str:",
-                  "        if tensor_sf != DYNAMIC:",
-                  "            not_dynamic(OP, tensor_sf)",
-                  "        mode, value, scale_ptr = DYNAMIC, 0.0, 0",
-                  "    else:",
-                  "        mode, value, scale_ptr = tensor_scale(tensor_sf, device)"]
     else:
-        lines += ["    if type(tensor_sf) is str:",
-                  "        not_dynamic(OP, tensor_sf)",
-                  "    mode, value, scale_ptr = tensor_scale(tensor_sf, device)"]
+        given = f"mode, value, scale_ptr = tensor_scale(tensor_sf, device{', plan.row_shapes' if op.per_row else ''})"
+        lines.append("    if type(tensor_sf) is str:")
+        if not op.scale_strings():
+            lines += ["        not_dynamic(OP, tensor_sf)", f"    {given}"]
+        for n, string in enumerate(op.scale_strings()):
+            lines += [f"        {'elif' if n else 'if'} tensor_sf == {string!r}:",
+                      f"            mode, value, scale_ptr = {_MODE_NAMES[string]}, 0.0, 0"]
+        if op.scale_strings():
+            lines += ["        else:", "            not_dynamic(OP, tensor_sf)", "    else:", f"        {given}"]
     lines.append("    handle = stream_handle(stream, device, is_torch)")
     if outs:
         lines.append(f"    {unpacked([f'o{j}' for j in range(1, len(outs) + 1)])} = plan.outputs")
@@ -200,6 +201,9 @@ def runner_source(op: Op) -> str:
                      for n, p in enumerate(ptrs))
     lines.append(f"    low = {low}")
     pointers = f"[{', '.join(ptrs)}]"
+    if op.per_row:  # the scales per row, computed: the kernel's tensor_sf_ptr
+        lines += ["    if mode is DYNAMIC_PER_ROW:",
+                  "        row_scales, scale_ptr = allocate('scale', plan.row_shapes[1], device, handle)"]
     if scale is None:
         lines += [f"    values = {pointers}",
                   "    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, values, config)"]
@@ -221,6 +225,9 @@ def runner_source(op: Op) -> str:
                   *scalar_lines("scale", "'scale'", "        "),
                   "        launch(handle, pdl, values, tickets)",
                   f"        return {', '.join(results)}, scale"]
+    if op.per_row:
+        lines += ["    if mode is DYNAMIC_PER_ROW:", "        launch(handle, pdl, values)",
+                  f"        return {', '.join(results)}, row_scales"]
     lines += ["    launch(handle, pdl, values)", f"    return {returned}"]
     return "\n".join(lines) + "\n"
 
@@ -245,10 +252,12 @@ def scalar_lines(name: str, role: str, indent: str) -> list[str]:
 
 
 def not_dynamic(op: Op, tensor_sf: str) -> None:
-    """Raises: ``tensor_sf`` is a string other than the one it may be (``op`` has a tensor scale)."""
+    """Raises: ``tensor_sf`` is a string other than those it may be (``op`` has a tensor scale)."""
     scale = op.tensor_scale
     assert scale is not None
-    what = "a float, a device float32 scalar or 'dynamic'" if scale.dynamic else "a float or a device float32 scalar"
+    kinds = ["a float", "a device float32 scalar", *(["a device float32 array of one value per row"] * op.per_row),
+             *map(repr, op.scale_strings())]
+    what = f"{', '.join(kinds[:-1])} or {kinds[-1]}"
     raise ValueError(f"{scale.name} must be {what}, got {tensor_sf!r}")
 
 
@@ -256,4 +265,6 @@ def not_dynamic(op: Op, tensor_sf: str) -> None:
 _RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, check_element_aligned=check_element_aligned,
                      check_operand=check_operand, check_pdl=check_pdl, tensor_scale=tensor_scale,
                      stream_handle=stream_handle, not_dynamic=not_dynamic, DYNAMIC=DYNAMIC,
-                     NO_SCALE_MODE=NO_TENSOR_SCALE[0])
+                     DYNAMIC_PER_ROW=DYNAMIC_PER_ROW, NO_SCALE_MODE=NO_TENSOR_SCALE[0])
+# The runner's name of the launch mode of each string tensor_sf.
+_MODE_NAMES = {DYNAMIC: "DYNAMIC", DYNAMIC_PER_ROW: "DYNAMIC_PER_ROW"}

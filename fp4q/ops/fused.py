@@ -26,11 +26,14 @@ SILU_AND_MUL_QUANTIZE_NVFP4 = Op(
     summary="SiLU·mul of ``x`` of shape ``(..., 2N)``, quantized to NVFP4, in one kernel.",
     doc=f"""{H}, and quantized as ``quantize_nvfp4(h, tensor_sf, ...)`` would: returns
 ``(q, sf)`` of ``h``'s shape, or ``(q, sf, tensor_sf_device)`` for ``tensor_sf="dynamic"``
-(the global scale of ``h``). ``x`` is read once; ``h`` never goes to memory.""",
+(the global scale of ``h``) and ``"dynamic_per_row"`` (each row's, shape ``x.shape[:-1]``).
+``x`` is read once; ``h`` never goes to memory. A tensor scale per row takes the row
+kernel, as for ``quantize_nvfp4`` (``N`` at most 32768).""",
     fmt="nvfp4",
     main=GATE_UP,
-    tensor_scale=TensorScale(dynamic=True, doc="``448 * 6 / amax(h)``: a float, a device float32 scalar "
-                                                "or ``\"dynamic\"``"),
+    tensor_scale=TensorScale(dynamic=True, per_row=True,
+                             doc="``448 * 6 / amax(h)``: a float, a device float32 scalar, a device float32 "
+                                 "array of one per row, ``\"dynamic\"`` or ``\"dynamic_per_row\"``"),
     options=(SF_LAYOUT,),
     outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
     kernels=KERNELS,

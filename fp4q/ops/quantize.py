@@ -17,11 +17,12 @@ from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
 from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
-from ..kernels.call import SF_LAYOUTS
+from ..kernels.call import ROW_TENSOR_SF_MODES, SF_LAYOUTS
 from ..numerics.formats import MX_MODES
 from .declare import DYNAMIC, Array, Choice, Op, TensorScale
 from .global_scale import ScaleLaunch, X
 from .plans import NO_LAUNCH, KernelLaunch
+from .rows import ROW_KERNELS, alignment_obstacle
 
 SF_LAYOUT = Choice("sf_layout", SF_LAYOUTS, "swizzled", "sf_layout",
                    doc='``"swizzled"`` (the 128x4 layout block-scaled GEMMs read) or ``"linear"``')
@@ -31,23 +32,6 @@ OUT = Array("out", "codes", doc="packed e2m1 pairs, uint8 ``(..., K // 2)``: ele
                                 "of byte ``i``")
 # Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
 TWO_PASS_MODE = "pointer"
-
-
-def alignment_obstacle(plan, pointers: list[int]) -> str | None:
-    """Why kernels that load and store 16 bytes at a time (TMA, the vector and row kernels)
-    cannot serve these pointers (the main input's, the further inputs', the outputs', in the
-    op's order), or None: each base 16-byte aligned (linear scales, written a byte at a time,
-    excepted), and so the main input's row stride."""
-    view, op = plan.view, plan.op
-    if pointers[0] % 16:
-        return f"{op.main.name}'s base address {pointers[0]:#x} is not 16-byte aligned"
-    if (view.row_stride * view.itemsize) % 16:
-        return f"{op.main.name}'s row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
-    swizzled = plan.call["sf_layout"] == "swizzled"
-    for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
-        if ptr % 16 and (array.kind != "scales" or swizzled):
-            return f"{array.name}'s base address {ptr:#x} is not 16-byte aligned"
-    return None
 
 
 def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
@@ -171,6 +155,11 @@ class QuantizeKernels:
                              f"config with fmt={op.fmt!r}")
 
     def resolve(self, plan, mode: str, pointers: list[int], config):
+        if mode in ROW_TENSOR_SF_MODES:
+            if config is not None:
+                raise ValueError(f"config must be None with a tensor scale per row (the row kernel takes it, and "
+                                 f"{plan.op.name} takes no RowConfig), got a {type(config).__name__}")
+            return ROW_KERNELS.resolve(plan, mode, pointers, None)
         dev = driver.device(plan.view.device)
         if mode is DYNAMIC:
             return dynamic_launch(plan, pointers, config, dev)
@@ -188,7 +177,8 @@ QUANTIZE_NVFP4 = Op(
 ``(ceil(M/128), ceil(K/64), 32, 4, 4)`` when ``sf_layout="swizzled"`` or
 ``(..., K // 16)`` when ``"linear"``; a 1-D ``x`` of shape ``(K,)`` is one row.
 ``tensor_sf`` is a float (passed by value) or a device float32 scalar (read by
-the kernel: no host sync, graph-safe).
+the kernel: no host sync, graph-safe), or a device float32 array of one scale per
+row, shape ``(M,)`` or ``x.shape[:-1]`` (row ``m`` quantized with its own).
 
 ``tensor_sf="dynamic"`` computes the tensor scale on the device
 (``global_scale(x)``'s value, no host sync) and returns ``(q, sf,
@@ -197,11 +187,18 @@ of up to ``2**24`` elements with 16-byte aligned pointers and ``config=None``
 take one launch that reduces the amax over the whole grid and quantizes;
 larger inputs, other pointers, an explicit config and stream capture of a
 launch of more than one CTA take ``global_scale`` and then the quantize
-kernel, chained with PDL.""",
+kernel, chained with PDL. ``tensor_sf="dynamic_per_row"`` computes each row's
+scale (its ``global_scale``) in the same pass and returns them as a float32
+array of shape ``x.shape[:-1]``, after ``(q, sf)``.
+
+A tensor scale per row takes the row kernel (a row held in one CTA): ``K`` at
+most 32768, 16-byte aligned rows and outputs, ``config=None``.""",
     fmt="nvfp4",
     main=X,
-    tensor_scale=TensorScale(dynamic=True, doc="``448 * 6 / amax``: a float, a device float32 scalar "
-                                                "(shape ``()`` or ``(1,)``) or ``\"dynamic\"``"),
+    tensor_scale=TensorScale(dynamic=True, per_row=True,
+                             doc="``448 * 6 / amax``: a float, a device float32 scalar (shape ``()`` or "
+                                 "``(1,)``), a device float32 array of one per row, ``\"dynamic\"`` or "
+                                 "``\"dynamic_per_row\"``"),
     options=(SF_LAYOUT,),
     outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
     kernels=KERNELS,

@@ -10,13 +10,11 @@ given. The float32 sequences are NVFP4_SPEC.md's, "RMSNorm and add+RMSNorm".
 
 from __future__ import annotations
 
-from ..cuda import driver
-from ..jit.loader import get_kernel
-from ..kernels.rows import RowConfig, for_row, longest_row
+from ..kernels.rows import longest_row
 from .declare import Array, Number, Op, TensorScale
 from .global_scale import X
-from .plans import NO_LAUNCH, KernelLaunch
-from .quantize import MX_MODE, OUT, SF_LAYOUT, alignment_obstacle
+from .quantize import MX_MODE, OUT, SF_LAYOUT
+from .rows import ROW_KERNELS
 
 WEIGHT = Array("weight", "like_row", output=False, doc="the norm's weight ``(K,)``, in ``x``'s dtype")
 RESIDUAL = Array("residual", "like_main", output=False, inplace=True,
@@ -27,51 +25,16 @@ H = ("``h = dtype(dtype(r * rinv) * weight)`` per row, ``rinv = 1 / sqrt(sum(r**
      "(the sum in the spec's fixed pairwise order), ``r`` the row of ``x``")
 
 
-class RowKernels:
-    """The kernels of the RMSNorm ops: one row per CTA (``RowConfig``)."""
-
-    def check_config(self, op: Op, config) -> None:
-        if not isinstance(config, RowConfig):
-            raise TypeError(f"config must be None or a RowConfig, got {type(config).__name__}")
-        if config.fmt != op.fmt:
-            raise ValueError(f"config.fmt is {config.fmt!r}, but {op.name} quantizes to {op.fmt.upper()}: pass a "
-                             f"config with fmt={op.fmt!r}")
-
-    def resolve(self, plan, mode: str, pointers: list[int], config):
-        if plan.empty:
-            return NO_LAUNCH
-        op, k = plan.op, plan.geometry.k
-        if k > longest_row(op.fmt):
-            raise ValueError(f"K must be at most {longest_row(op.fmt)} for {op.name} (a row is normalized in one "
-                             f"CTA), got {k}")
-        obstacle = alignment_obstacle(plan, pointers)
-        if obstacle is not None:
-            raise ValueError(f"{op.name} loads and stores 16 bytes at a time: {obstacle}")
-        dev = driver.device(plan.view.device)
-        call = dict(plan.call, tensor_sf_mode=mode, arch=dev.arch)
-        if config is None:
-            cfg = for_row(k, **call)
-        else:
-            cfg = config.replace(**call)
-            if k > cfg.max_k:
-                raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, "
-                                 f"got K={k}")
-        kernel = get_kernel(cfg.spec, dev.ordinal)
-        grid = cfg.spec.grid.size(plan.view.rows, dev.sm_count, kernel.ctas_per_sm)
-        fixed = dict(plan.fixed)
-        fixed.setdefault("residual", 0)  # rms_norm: the kernel never reads it
-        return KernelLaunch(cfg, kernel, grid, op.slots, fixed)
-
-
-ROW_KERNELS = RowKernels()
-SCALE = TensorScale(doc="``448 * 6 / amax(h)``: a float or a device float32 scalar")
+SCALE = TensorScale(per_row=True, doc="``448 * 6 / amax(h)``: a float, a device float32 scalar, a device "
+                                      "float32 array of one per row or ``\"dynamic_per_row\"``")
 
 
 def _nvfp4(name: str, inputs: tuple, prologue: str, summary: str, with_input=None) -> Op:
     return Op(name=name, summary=summary,
               doc=f"""{H}, and quantized as ``quantize_nvfp4(h, tensor_sf, ...)`` would: returns ``(q, sf)``
-of ``x``'s shape. ``x`` is read once; ``h`` never goes to memory. Rows of up to K =
-{longest_row("nvfp4")} elements.""",
+of ``x``'s shape, then, for ``tensor_sf="dynamic_per_row"``, each row's scale (the global
+scale of its ``h``, shape ``x.shape[:-1]``). ``x`` is read once; ``h`` never goes to
+memory. Rows of up to K = {longest_row("nvfp4")} elements.""",
               fmt="nvfp4", main=X, inputs=inputs, tensor_scale=SCALE, options=(EPS, SF_LAYOUT),
               outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
               kernels=ROW_KERNELS, call={"prologue": prologue}, with_input=with_input)

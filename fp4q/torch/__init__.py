@@ -15,8 +15,9 @@ declarations.
 
 The wrappers take the CuPy API's arguments, plus ``fp4_dtype`` where an op
 returns codes, and call the registered op that fits: the ``.Tensor`` or
-float overload of the tensor scale, the ``_dynamic`` op for
-``tensor_sf="dynamic"``, the ``_out`` op where outputs are given (allocating
+float overload of the tensor scale (a tensor scale per row takes ``.Tensor``), the
+``_dynamic`` op for ``tensor_sf="dynamic"`` and ``_dynamic_per_row`` for
+``"dynamic_per_row"``, the ``_out`` op where outputs are given (allocating
 any that is not). ``config=`` (a Python object) and ``stream=`` have no place
 in a schema: a wrapper given either calls the ops layer directly, eagerly, and
 under ``torch.compile`` that call is a graph break (``torch.compiler.disable``).
@@ -27,8 +28,8 @@ from __future__ import annotations
 import torch
 
 from ..ops.api import OPS
-from ..ops.declare import DYNAMIC, Choice, Op
-from ..ops.engine import run
+from ..ops.declare import Choice, Op
+from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
@@ -42,7 +43,8 @@ __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "s
 
 class Entry:
     """What a wrapper of ``op`` dispatches to: its registered ops and their signatures, by the
-    tensor scale's kind (``"Tensor"``, ``"float"``, ``"dynamic"`` or ``"none"``) and whether
+    tensor scale's kind (``"Tensor"``, ``"float"``, ``"none"`` or a computed one, ``"dynamic"`` or
+    ``"dynamic_per_row"``) and whether
     outputs are given; and which options may be torch dtypes (passed to the schema by name)."""
 
     def __init__(self, op: Op) -> None:
@@ -51,7 +53,7 @@ class Entry:
         for name, sig in SIGNATURES.items():
             base, _, overload = name.partition(".")
             if sig.op is op:
-                kind = "dynamic" if sig.dynamic else "none" if not sig.has_scale else overload or "float"
+                kind = sig.dynamic or ("none" if not sig.has_scale else overload or "float")
                 self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
         # (index, name, choices) of the options that may be torch dtypes.
         self.dtype_options = tuple((i, c.name, c.choices) for i, c in enumerate(op.options)
@@ -80,10 +82,9 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
     if op.tensor_scale is None:
         kind = "none"
     elif type(tensor_sf) is str:
-        if tensor_sf != DYNAMIC:
-            raise ValueError(f"{op.tensor_scale.name} must be a float, a device float32 scalar or 'dynamic', "
-                             f"got {tensor_sf!r}")
-        kind = "dynamic"
+        if tensor_sf not in op.scale_strings():
+            not_dynamic(op, tensor_sf)
+        kind = tensor_sf
     else:
         kind, scale = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float"), (tensor_sf,)
     table = entry.registered
@@ -99,9 +100,9 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
         specs = fake_outputs(op, inputs, tensor_sf, options)
         buffers = tuple(torch.empty(spec.shape, dtype=dtypes[spec.role], device=inputs[0].device) if b is None else b
                         for spec, b in zip(specs, buffers))
-    registered, _ = table[(kind, True)]
+    registered, sig = table[(kind, True)]
     result = registered(*inputs, *scale, *buffers, *options, pdl)
-    if kind == "dynamic":
+    if sig.dynamic:
         return (*buffers, result)
     return buffers[0] if len(buffers) == 1 else buffers
 

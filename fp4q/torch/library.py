@@ -13,7 +13,10 @@ Per declared op ``name`` (``fp4q.ops.api.OPS``):
 - ``name_out``, where the caller may pass the outputs: they come as mutated arguments
   (``Tensor(a!) out, ...``) after the inputs, and it returns nothing.
 - ``name_dynamic`` and ``name_dynamic_out``, where the tensor scale may be ``"dynamic"``:
-  the same without the tensor scale, returning it (after the outputs, or alone).
+  the same without the tensor scale, returning it (after the outputs, or alone);
+  ``name_dynamic_per_row`` and ``name_dynamic_per_row_out`` likewise for
+  ``"dynamic_per_row"``, returning the scales of ``x.shape[:-1]``. A tensor scale per row
+  (a float32 tensor of one value per row) takes the ``.Tensor`` overloads.
 """
 
 from __future__ import annotations
@@ -109,9 +112,10 @@ def has_codes(op: Op) -> bool:
 class Signature:
     """The schema arguments of one registered op and where each sits among a call's
     arguments: ``scale`` (the tensor scale's schema type, or None), ``outs`` (mutated
-    outputs), ``dynamic`` (the tensor scale is computed, and returned)."""
+    outputs), ``dynamic`` (the string ``tensor_sf`` whose scale is computed and returned, after
+    the outputs: ``"dynamic"`` or ``"dynamic_per_row"``; None)."""
 
-    def __init__(self, op: Op, scale: str | None, outs: bool, dynamic: bool) -> None:
+    def __init__(self, op: Op, scale: str | None, outs: bool, dynamic: str | None) -> None:
         self.op, self.outs, self.dynamic = op, outs, dynamic
         self.fp4 = not outs and has_codes(op)
         # An input the op writes (add+RMSNorm's residual) is a mutated argument of every overload.
@@ -141,7 +145,7 @@ class Signature:
         args += self.defaults[len(args) - self.required:]
         i = self.inputs
         inputs = args[:i]
-        tensor_sf = DYNAMIC if self.dynamic else (args[i] if self.has_scale else None)
+        tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
         i += self.has_scale
         buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
         i += self.out_count
@@ -178,8 +182,9 @@ class Signature:
                                   main.get_device())
             dtypes = OUTPUTS[fp4_dtype].dtypes
             results = [] if self.outs else [main.new_empty(spec.shape, dtype=dtypes[spec.role]) for spec in made]
-            if self.dynamic:
-                results.append(main.new_empty((), dtype=torch.float32))
+            if self.dynamic:  # one scale, or one per row
+                shape = () if self.dynamic == DYNAMIC else main.shape[:-1]
+                results.append(main.new_empty(shape, dtype=torch.float32))
             if not results:
                 return None
             return results[0] if len(results) == 1 else tuple(results)
@@ -199,7 +204,7 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
         spec = Buffer(array, g)
         check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
     if isinstance(tensor_sf, torch.Tensor):
-        device_scale(torch_operand(tensor_sf, "tensor_sf", 0), device)
+        device_scale(torch_operand(tensor_sf, "tensor_sf", 0), device, op.row_shapes(g))
     elif type(tensor_sf) is float:  # a traced SymFloat is checked when the op runs
         tensor_scale(tensor_sf, device)
     return [Buffer(array, g) for array in op.outputs]
@@ -211,12 +216,12 @@ def signatures(op: Op) -> dict[str, Signature]:
     variants = [(False, "_out")] if op.out_keywords else []
     for outs, suffix in [(False, ""), *[(True, s) for _, s in variants]]:
         if op.tensor_scale is None:
-            found[op.name + suffix] = Signature(op, None, outs, False)
+            found[op.name + suffix] = Signature(op, None, outs, None)
             continue
-        found[f"{op.name}{suffix}.Tensor"] = Signature(op, "Tensor", outs, False)
-        found[f"{op.name}{suffix}"] = Signature(op, "float", outs, False)
-        if op.dynamic:
-            found[f"{op.name}_dynamic{suffix}"] = Signature(op, None, outs, True)
+        found[f"{op.name}{suffix}.Tensor"] = Signature(op, "Tensor", outs, None)
+        found[f"{op.name}{suffix}"] = Signature(op, "float", outs, None)
+        for string in op.scale_strings():
+            found[f"{op.name}_{string}{suffix}"] = Signature(op, None, outs, string)
     return found
 
 

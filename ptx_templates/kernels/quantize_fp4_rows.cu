@@ -1,21 +1,24 @@
 // FP4 quantization of whole rows: the kernel of the prologues that need a
 // statistic of the row before any of its elements is quantized (RMSNorm,
-// add+RMSNorm). A CTA takes one row at a time (a grid-stride loop over
-// rows) and holds it in registers: unit u of a row (SF_VEC elements, one
-// group) is thread u % SIMT_THREADS's unit u / SIMT_THREADS, so a warp's
-// loads are contiguous; ROW_UNITS units per thread cover the row's scale
-// domain. Per row:
+// add+RMSNorm) and of the tensor scales taken per row (a float32 per row,
+// or each row's own dynamic scale). A CTA takes one row at a time (a
+// grid-stride loop over rows) and holds it in registers: unit u of a row
+// (SF_VEC elements, one group) is thread u % SIMT_THREADS's unit
+// u / SIMT_THREADS, so a warp's loads are contiguous; ROW_UNITS units per
+// thread cover the row's scale domain. Per row:
 //
-//   load       x's units (add+RMSNorm: r = dtype(x + residual), stored back
-//              to residual); weight's, unit by unit, once the row's rinv is
-//              known (every row reads the same, from cache, and the
-//              registers stay free for the row)
-//   reduce     the row's sum of squares in the spec's fixed tree: each unit
-//              is an aligned run of SF_VEC elements (a node of the tree),
-//              the units of one slot (one per thread) combine by butterfly
-//              shuffles across the warp and through shared memory across
-//              warps, the slots pairwise in order; units past K add +0
-//   transform  h = dtype(dtype(r * rinv) * w) (RmsNorm)
+//   load       the prologue's elementwise part: x's units; SiLU·mul's
+//              dtype(silu(gate) * up); add+RMSNorm's r = dtype(x + residual),
+//              stored back to residual. Zeros past the row's units.
+//   normalize  (RMSNorm) the row's sum of squares in the spec's fixed tree:
+//              each unit is an aligned run of SF_VEC elements (a node of the
+//              tree), the units of one slot (one per thread) combine by
+//              butterfly shuffles across the warp and through shared memory
+//              across warps, the slots pairwise in order; units past K add
+//              +0. Then h = dtype(dtype(r * rinv) * w), weight read unit by
+//              unit (every row reads the same, from cache).
+//   scale      the row's tensor scale: the launch's, the row's float32, or
+//              the global scale of the row's amax (NaN ignored), written out
 //   quantize   RoundToNearest, the other kernels' step
 //   store      RowwiseStore (vector_quantize.cuh): codes, scale bytes,
 //              zeros for the swizzled layout's padding groups and rows
@@ -25,13 +28,19 @@
 #define VEC_ELEMS SF_VEC
 #include "kernels/simt_quantize.cuh"
 #include "kernels/vector_quantize.cuh"
+#include "numerics/global_scale.cuh"
 #include "numerics/rms_norm.cuh"
 #include "ptx/shared_memory.cuh"
 
 constexpr int WORDS = SF_VEC / 2;  // packed pairs of one unit
 constexpr int WARPS = SIMT_THREADS / 32;
-constexpr bool ADD_RESIDUAL = PROLOGUE == 3;  // kernels.call.PROLOGUES: 2 rms_norm, 3 add_rms_norm
-static_assert(PROLOGUE == 2 || PROLOGUE == 3, "the row kernel runs RMSNorm or add+RMSNorm");
+// kernels.call.PROLOGUES: 0 none, 1 silu_mul, 2 rms_norm, 3 add_rms_norm.
+constexpr bool SILU_MUL = PROLOGUE == 1;
+constexpr bool NORMALIZE = PROLOGUE >= 2;
+constexpr bool ADD_RESIDUAL = PROLOGUE == 3;
+// kernels.rows.ROW_SCALES: 0 the launch's tensor scale, 1 a float32 per row, 2 each row's dynamic scale.
+constexpr bool SCALE_PER_ROW = ROW_SCALE == 1;
+constexpr bool SCALE_DYNAMIC_PER_ROW = ROW_SCALE == 2;
 static_assert((WARPS & (WARPS - 1)) == 0 && (ROW_UNITS & (ROW_UNITS - 1)) == 0, "tree levels are powers of two");
 
 // A unit of the row the CTA holds: its row and its index in the row.
@@ -40,27 +49,38 @@ struct RowUnit {
     int col;
 };
 
+FP4Q_DEVICE int slot_unit(int s) { return s * SIMT_THREADS + static_cast<int>(threadIdx.x); }
+
 FP4Q_DEVICE void load_unit(const u16* p, u32 (&w)[WORDS]) {
 #pragma unroll
     for (int v = 0; v < WORDS / 4; ++v) ld_global_nc_v4(p + 8 * v, w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
 
-// The load step of a row: x's units, or r = dtype(x + residual), which
-// goes back to residual; zeros past the row's units.
+// The load step of a row: x's units, SiLU·mul of its two halves, or
+// r = dtype(x + residual), which goes back to residual; zeros past the
+// row's units.
 FP4Q_DEVICE void load_row(const u16* __restrict__ x, u16* __restrict__ residual, i64 x_row_stride, i64 row,
                           i32 cols, u32 (&r)[ROW_UNITS][WORDS]) {
     const int units = cols / SF_VEC;
 #pragma unroll
     for (int s = 0; s < ROW_UNITS; ++s) {
-        const int u = s * SIMT_THREADS + static_cast<int>(threadIdx.x);
+        const int u = slot_unit(s);
 #pragma unroll
         for (int i = 0; i < WORDS; ++i) r[s][i] = 0u;
-        if (u < units) load_unit(x + row * x_row_stride + u * SF_VEC, r[s]);
+        if (u >= units) continue;
+        const u16* p = x + row * x_row_stride + u * SF_VEC;
+        load_unit(p, r[s]);
+        if constexpr (SILU_MUL) {
+            u32 up[WORDS];
+            load_unit(p + cols, up);
+#pragma unroll
+            for (int i = 0; i < WORDS; ++i) r[s][i] = silu_mul_x2(r[s][i], up[i]);
+        }
     }
     if constexpr (ADD_RESIDUAL) {
 #pragma unroll
         for (int s = 0; s < ROW_UNITS; ++s) {
-            const int u = s * SIMT_THREADS + static_cast<int>(threadIdx.x);
+            const int u = slot_unit(s);
             if (u >= units) continue;
             u16* p = residual + row * cols + u * SF_VEC;
             u32 res[WORDS];
@@ -74,11 +94,10 @@ FP4Q_DEVICE void load_row(const u16* __restrict__ x, u16* __restrict__ residual,
     }
 }
 
-// The reduce step: the row's sum of squares, every thread getting it.
-// `partial` holds one sum per (slot, warp); two of them, used by
-// alternate rows, so that a warp writing the next row's sums never
-// overwrites ones a slower warp still reads (it cannot pass that row's
-// barrier before the slow warp reaches it).
+// The row's sum of squares, every thread getting it. `partial` holds one
+// sum per (slot, warp); two of them, used by alternate rows, so that a warp
+// writing the next row's sums never overwrites ones a slower warp still
+// reads (it cannot pass that row's barrier before the slow warp reaches it).
 FP4Q_DEVICE float row_sum_of_squares(const u32 (&r)[ROW_UNITS][WORDS], float (&partial)[ROW_UNITS][WARPS]) {
     float slot[ROW_UNITS];
 #pragma unroll
@@ -103,46 +122,73 @@ FP4Q_DEVICE float row_sum_of_squares(const u32 (&r)[ROW_UNITS][WORDS], float (&p
     return pairwise_sum(slot);
 }
 
-// The transform step: h from r (in[0]) and weight (in[1]) into in[0].
-struct RmsNorm {
-    float rinv;
-
-    FP4Q_DEVICE void operator()(u32 (&in)[2][WORDS]) const {
+// The normalize step: h = dtype(dtype(r * rinv) * w) in place, over the
+// row's units (those past it stay zero).
+FP4Q_DEVICE void normalize_row(u32 (&r)[ROW_UNITS][WORDS], const u16* __restrict__ weight, float rinv, i32 cols) {
 #pragma unroll
-        for (int i = 0; i < WORDS; ++i) in[0][i] = rms_norm_x2(in[0][i], rinv, in[1][i]);
+    for (int s = 0; s < ROW_UNITS; ++s) {
+        const int u = slot_unit(s);
+        if (u >= cols / SF_VEC) continue;
+        u32 w[WORDS];
+        load_unit(weight + u * SF_VEC, w);
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) r[s][i] = rms_norm_x2(r[s][i], rinv, w[i]);
     }
-};
+}
 
-extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
+// The row's amax (NaN ignored), every thread getting it: float32 bits of
+// non-negative values, which order like the unsigned integers, so the
+// integer maximum is exact and needs no order. `maxima`: one per warp, two
+// of them by alternate rows as for the sums.
+FP4Q_DEVICE u32 row_amax_bits(const u32 (&h)[ROW_UNITS][WORDS], u32 (&maxima)[WARPS]) {
+    u32 m = 0u;
+#pragma unroll
+    for (int s = 0; s < ROW_UNITS; ++s) {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) m = max_x2(m, h[s][i] & MAGNITUDE_X2);
+    }
+    const float amax = max_f32(input_lo(m), input_hi(m));
+    const u32 warp = redux_sync_max_u32(f32_bits(amax));
+    if (threadIdx.x % 32 == 0) maxima[threadIdx.x / 32] = warp;
+    __syncthreads();
+    u32 bits = 0u;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) bits = bits > maxima[i] ? bits : maxima[i];
+    return bits;
+}
+
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, ROW_MIN_CTAS)
 fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
                        u8* __restrict__ out, u8* __restrict__ sf_out, i64 x_row_stride, i32 rows, i32 cols,
-                       float eps, float tensor_sf_value, const float* __restrict__ tensor_sf_ptr) {
+                       float eps, float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
     __shared__ float partial[2][ROW_UNITS][WARPS];
+    __shared__ u32 maxima[2][WARPS];
     simt_quantize_prologue();
     const RowwiseStore store{out, sf_out};
     store.padding(rows, cols / SF_VEC);
     const int units = cols / SF_VEC;
     const int domain_units = sf_domain_groups(units);
-    const RoundToNearest quantize{tensor_scale(tensor_sf_value, tensor_sf_ptr)};
+    const TensorScale launch_scale = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     int parity = 0;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-        u32 r[ROW_UNITS][WORDS];
-        load_row(x, residual, x_row_stride, row, cols, r);
-        const RmsNorm transform{rms_inverse(row_sum_of_squares(r, partial[parity]), cols, eps)};
+        u32 h[ROW_UNITS][WORDS];
+        load_row(x, residual, x_row_stride, row, cols, h);
+        if constexpr (NORMALIZE) {
+            normalize_row(h, weight, rms_inverse(row_sum_of_squares(h, partial[parity]), cols, eps), cols);
+        }
+        TensorScale scale = launch_scale;
+        if constexpr (SCALE_PER_ROW) {
+            scale = tensor_scale_of(ld_global_f32(tensor_sf_ptr + row));
+        } else if constexpr (SCALE_DYNAMIC_PER_ROW) {
+            scale = tensor_scale_of(global_scale_of_amax(row_amax_bits(h, maxima[parity])));
+            if (threadIdx.x == 0) tensor_sf_ptr[row] = scale.value;
+        }
+        const RoundToNearest quantize{scale};
 #pragma unroll
         for (int s = 0; s < ROW_UNITS; ++s) {
-            const RowUnit unit{row, s * SIMT_THREADS + static_cast<int>(threadIdx.x)};
+            const RowUnit unit{row, slot_unit(s)};
             if (unit.col >= domain_units) continue;
-            const bool live = unit.col < units;
-            u32 in[2][WORDS];
-#pragma unroll
-            for (int i = 0; i < WORDS; ++i) {
-                in[0][i] = r[s][i];
-                in[1][i] = 0u;
-            }
-            if (live) load_unit(weight + unit.col * SF_VEC, in[1]);
-            transform(in);
-            store(unit, live, rows, cols, quantize(in[0]));
+            store(unit, unit.col < units, rows, cols, quantize(h[s]));
         }
     }
 }

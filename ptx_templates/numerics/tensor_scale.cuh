@@ -20,7 +20,6 @@ struct TensorScale {
     float rcp;
 };
 
-FP4Q_DEVICE TensorScale tensor_scale(float value, const float* ptr) {
-    const float t = launch_tensor_sf(value, ptr);
-    return {t, rcp_rn(t)};
-}
+FP4Q_DEVICE TensorScale tensor_scale_of(float t) { return {t, rcp_rn(t)}; }
+
+FP4Q_DEVICE TensorScale tensor_scale(float value, const float* ptr) { return tensor_scale_of(launch_tensor_sf(value, ptr)); }
