@@ -331,3 +331,13 @@ def test_torch_fakes_and_a_compile_trace():
         with pytest.raises(ValueError, match=r"\(M,\) = \(4,\) or x.shape\[:-1\] = \(4,\), got dtype float32 "
                                              r"shape \(3,\)$"):
             ft.quantize_nvfp4(x, fake_cuda((3,), torch.float32))
+
+
+def test_config_for_names_the_row_kernel(cp):
+    if fakes.active is None:
+        pytest.skip("the fake device's architecture")
+    x = cp.asarray(np.zeros((6, 8192), np.uint16))
+    cfg = fp4q.config_for(x, cp.asarray(np.ones(6, np.float32)))
+    assert isinstance(cfg, RowConfig) and (cfg.row_units, cfg.tensor_sf_mode, cfg.prologue) == (2, "per_row", "none")
+    with pytest.raises(ValueError, match=r"^config must be None with a tensor scale per row"):
+        fp4q.config_for(x, cp.asarray(np.ones(6, np.float32)), config=fp4q.SimtConfig())

@@ -55,6 +55,7 @@ def test_import_fp4q_does_not_import_torch():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
+PER_ROW_OPS = ("quantize_nvfp4", "silu_and_mul_quantize_nvfp4", "rms_norm_quantize_nvfp4", "add_rms_norm_quantize_nvfp4")
 OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quantize_nvfp4_out", "Tensor"),
              ("quantize_nvfp4_out", "default"), ("quantize_mxfp4", "default"), ("quantize_mxfp4_out", "default"),
              ("dequantize_nvfp4", "Tensor"), ("dequantize_nvfp4", "default"), ("dequantize_nvfp4_out", "Tensor"),
@@ -66,7 +67,8 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("silu_and_mul_quantize_nvfp4_dynamic", "default"), ("silu_and_mul_quantize_nvfp4_dynamic_out", "default"),
              ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default"),
              *[(f"{add}rms_norm_quantize_{fmt}{out}", overload) for add in ("", "add_") for out in ("", "_out")
-               for fmt, overload in (("nvfp4", "Tensor"), ("nvfp4", "default"), ("mxfp4", "default"))]]
+               for fmt, overload in (("nvfp4", "Tensor"), ("nvfp4", "default"), ("mxfp4", "default"))],
+             *[(f"{op}_dynamic_per_row{out}", "default") for op in PER_ROW_OPS for out in ("", "_out")]]
 
 
 def test_schemas():
@@ -84,9 +86,9 @@ def test_schemas():
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if name.endswith("_dynamic"):  # the scale is computed, and returned third
+        if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned third
             assert not scale and len(schema.returns) == 3, schema
-        elif name.endswith("_dynamic_out"):
+        elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
             assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
@@ -344,7 +346,24 @@ def _every_op(x, t, y):
     s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
     s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y))
+            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y))
+
+
+def _per_row_ops(x, residual):
+    """The tensor scales per row, every op in both forms: an array (the .Tensor overloads) and
+    "dynamic_per_row", functional and with out=."""
+    scales, w = x.new_ones(x.shape[:-1], dtype=torch.float32), x.new_ones((x.shape[-1],))
+    q, sf, rows = ft.quantize_nvfp4(x, "dynamic_per_row")
+    out = [q, sf, rows, *ft.quantize_nvfp4(x, scales, sf_layout="linear")]
+    out += ft.quantize_nvfp4(x, "dynamic_per_row", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
+    hq, hsf, hrows = ft.silu_and_mul_quantize_nvfp4(x, "dynamic_per_row", fp4_dtype=True)
+    out += [hq, hsf, hrows, *ft.silu_and_mul_quantize_nvfp4(x, "dynamic_per_row", out=torch.empty_like(hq),
+                                                           sf_out=torch.empty_like(hsf))]
+    for res in (None, residual):
+        out += ft.rms_norm_quantize_nvfp4(x, w, "dynamic_per_row", residual=res)
+        out += ft.rms_norm_quantize_nvfp4(x, w, "dynamic_per_row", residual=res, out=torch.empty_like(q),
+                                          sf_out=torch.empty_like(sf))
+    return out
 
 
 def _rms_norm_ops(x, t, residual):
@@ -529,8 +548,26 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
-        *_rms_norm_samples(x, t),
+        *_rms_norm_samples(x, t), *_per_row_samples(x),
     ]
+
+
+def _per_row_samples(x):
+    """One call of every "dynamic_per_row" overload (a per-row array takes the .Tensor ones)."""
+    w, ops = x[0].clone(), torch.ops.fp4q
+    q, sf, _ = ft.quantize_nvfp4(x, "dynamic_per_row")
+    hq, hsf, _ = ft.silu_and_mul_quantize_nvfp4(x, "dynamic_per_row")
+    sf, hsf = sf.view(torch.uint8), hsf.view(torch.uint8)
+    samples = [(ops.quantize_nvfp4_dynamic_per_row.default, (x, "linear")),
+               (ops.quantize_nvfp4_dynamic_per_row_out.default, (x, torch.empty_like(q), torch.empty_like(sf))),
+               (ops.silu_and_mul_quantize_nvfp4_dynamic_per_row.default, (x,)),
+               (ops.silu_and_mul_quantize_nvfp4_dynamic_per_row_out.default,
+                (x, torch.empty_like(hq), torch.empty_like(hsf)))]
+    for add, inputs in (("", lambda: (x, w)), ("add_", lambda: (x, w, torch.zeros_like(x)))):
+        samples += [(getattr(ops, f"{add}rms_norm_quantize_nvfp4_dynamic_per_row").default, (*inputs(), 1e-5)),
+                    (getattr(ops, f"{add}rms_norm_quantize_nvfp4_dynamic_per_row_out").default,
+                     (*inputs(), torch.empty_like(q), torch.empty_like(sf)))]
+    return samples
 
 
 def _rms_norm_samples(x, t):

@@ -6,6 +6,7 @@ call path (``engine.runner(op)``) with outputs from CuPy's pool (``outputs``).""
 from __future__ import annotations
 
 from ..cuda import driver
+from ..kernels.call import ROW_TENSOR_SF_MODES
 from ..numerics.groups import require_choice
 from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
 from .declare import Op
@@ -15,8 +16,9 @@ from .entry import body, function
 from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
 from .global_scale import GLOBAL_SCALE
 from .outputs import cupy_outputs
-from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, resolve_config
+from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, check_no_config, resolve_config
 from .rms_norm import RMS_NORM_QUANTIZE_MXFP4, RMS_NORM_QUANTIZE_NVFP4
+from .rows import ROW_KERNELS
 
 # Every public op, in the order the documentation lists them.
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
@@ -47,14 +49,16 @@ rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,
                config=None):
-    """The config (``QuantizeConfig`` or ``SimtConfig``) that ``quantize_nvfp4`` (``fmt="nvfp4"``)
-    or ``quantize_mxfp4`` (``fmt="mxfp4"``) with these arguments would launch on ``x``'s
-    device; ``None`` for an empty ``x``. Outputs it would allocate count as aligned."""
+    """The config (``QuantizeConfig`` or ``SimtConfig``; ``RowConfig`` for a tensor scale per
+    row) that ``quantize_nvfp4`` (``fmt="nvfp4"``) or ``quantize_mxfp4`` (``fmt="mxfp4"``) with
+    these arguments would launch on ``x``'s device; ``None`` for an empty ``x``. Outputs it
+    would allocate count as aligned."""
     require_choice(fmt, "fmt", ("nvfp4", "mxfp4"))
     op = QUANTIZE_NVFP4 if fmt == "nvfp4" else QUANTIZE_MXFP4
     main = as_operand(x, "x")
     plan = plan_of(op, main, (sf_layout,) if fmt == "nvfp4" else (mode, sf_layout), config)
-    scale_mode = (tensor_scale(tensor_sf, plan.view.device) if fmt == "nvfp4" else NO_TENSOR_SCALE)[0]
+    scale_mode = (tensor_scale(tensor_sf, plan.view.device, plan.row_shapes) if fmt == "nvfp4"
+                  else NO_TENSOR_SCALE)[0]
     if config is not None:
         op.kernels.check_config(op, config)
     if plan.empty:
@@ -63,4 +67,8 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
     for i, (buf, name) in enumerate(((out, "out"), (sf_out, "sf_out")), start=1):
         if buf is not None:
             pointers[i] = as_operand(buf, name)[PTR]
-    return resolve_config(config, plan, pointers, scale_mode, driver.device(plan.view.device).arch)
+    arch = driver.device(plan.view.device).arch
+    if scale_mode in ROW_TENSOR_SF_MODES:
+        check_no_config(plan, config)
+        return ROW_KERNELS.choose(plan, scale_mode, pointers, None, arch)
+    return resolve_config(config, plan, pointers, scale_mode, arch)

@@ -144,6 +144,13 @@ def dynamic_launch(plan, pointers: list[int], config, dev):
     return OneLaunch(fused, two_passes)
 
 
+def check_no_config(plan, config) -> None:
+    """A tensor scale per row takes the row kernel, which a quantize op's config cannot name."""
+    if config is not None:
+        raise ValueError(f"config must be None with a tensor scale per row (the row kernel takes it, and "
+                         f"{plan.op.name} takes no RowConfig), got a {type(config).__name__}")
+
+
 class QuantizeKernels:
     """The kernels of the quantize ops: TMA (``QuantizeConfig``) or SIMT (``SimtConfig``)."""
 
@@ -156,9 +163,7 @@ class QuantizeKernels:
 
     def resolve(self, plan, mode: str, pointers: list[int], config):
         if mode in ROW_TENSOR_SF_MODES:
-            if config is not None:
-                raise ValueError(f"config must be None with a tensor scale per row (the row kernel takes it, and "
-                                 f"{plan.op.name} takes no RowConfig), got a {type(config).__name__}")
+            check_no_config(plan, config)
             return ROW_KERNELS.resolve(plan, mode, pointers, None)
         dev = driver.device(plan.view.device)
         if mode is DYNAMIC:

@@ -43,6 +43,19 @@ class RowKernels:
         # Rows of no elements still get their dynamic scales (1.0): the kernel writes them.
         if plan.view.rows == 0 or (plan.empty and mode is not DYNAMIC_PER_ROW):
             return NO_LAUNCH
+        dev = driver.device(plan.view.device)
+        cfg = self.choose(plan, mode, pointers, config, dev.arch)
+        kernel = get_kernel(cfg.spec, dev.ordinal)
+        grid = cfg.spec.grid.size(plan.view.rows, dev.sm_count, kernel.ctas_per_sm)
+        # The kernel's inputs this op has not (weight, residual, eps): its prologue never reads them.
+        taken = {name for name, _ in plan.op.slots} | set(plan.fixed)
+        fixed = dict(plan.fixed, **{p.name: 0.0 if p.kind == "f32" else 0 for p in ROW_QUANTIZE_PARAMS
+                                    if p.name not in taken})
+        return KernelLaunch(cfg, kernel, grid, plan.op.slots, fixed)
+
+    def choose(self, plan, mode: str, pointers: list[int], config, arch: str) -> RowConfig:
+        """The row kernel of a call: the caller's config or the fewest units per thread that
+        hold a row, with the call's fields; after the rules on K and the pointers."""
         op, k = plan.op, plan.geometry.k
         normalizes = plan.call.get("prologue") in ROW_PROLOGUES
         if k > longest_row(op.fmt):
@@ -53,22 +66,13 @@ class RowKernels:
         if obstacle is not None:
             kernel = "" if normalizes else " with a tensor scale per row"
             raise ValueError(f"{op.name} loads and stores 16 bytes at a time{kernel}: {obstacle}")
-        dev = driver.device(plan.view.device)
-        call = dict(plan.call, tensor_sf_mode=mode, arch=dev.arch)
+        call = dict(plan.call, tensor_sf_mode=mode, arch=arch)
         if config is None:
-            cfg = for_row(k, **call)
-        else:
-            cfg = config.replace(**call)
-            if k > cfg.max_k:
-                raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, "
-                                 f"got K={k}")
-        kernel = get_kernel(cfg.spec, dev.ordinal)
-        grid = cfg.spec.grid.size(plan.view.rows, dev.sm_count, kernel.ctas_per_sm)
-        # The kernel's inputs this op has not (weight, residual, eps): its prologue never reads them.
-        taken = {name for name, _ in op.slots} | set(plan.fixed)
-        fixed = dict(plan.fixed, **{p.name: 0.0 if p.kind == "f32" else 0 for p in ROW_QUANTIZE_PARAMS
-                                    if p.name not in taken})
-        return KernelLaunch(cfg, kernel, grid, op.slots, fixed)
+            return for_row(k, **call)
+        cfg = config.replace(**call)
+        if k > cfg.max_k:
+            raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, got K={k}")
+        return cfg
 
 
 ROW_KERNELS = RowKernels()
