@@ -283,6 +283,12 @@ def kernels(arch: str) -> list[Kernel]:
                                  ("rms_norm", "mxfp4", 1)):
         cfg = RowConfig(prologue=prologue, fmt=fmt, row_units=units, arch=arch)
         out.append(Kernel(f"{prologue}/rows_{fmt}_u{units}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
+    # Tensor scales per row (the row kernel after any prologue): read, or each row's computed.
+    for prologue, units, mode in (("none", 1, "per_row"), ("none", 1, "dynamic_per_row"),
+                                  ("none", 4, "dynamic_per_row"), ("silu_mul", 1, "dynamic_per_row"),
+                                  ("rms_norm", 1, "dynamic_per_row")):
+        cfg = RowConfig(prologue=prologue, row_units=units, tensor_sf_mode=mode, arch=arch)
+        out.append(Kernel(f"{prologue}/rows_nvfp4_u{units}_{mode}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
     dq_bases: dict[str, object] = {"vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}
     if target(arch).features.tma:
         fit = variants.fitted(DequantizeConfig(), arch)
