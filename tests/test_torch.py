@@ -142,7 +142,8 @@ def test_wrappers_take_the_cupy_apis_arguments_plus_fp4_dtype_where_they_return_
 def test_overload_packet_sends_a_tensor_scale_to_the_tensor_overload(fake):
     x = fake_cuda((256, 64))
     # The float overload would turn the tensor into a number (a host sync); the Tensor overload checks it.
-    with pytest.raises(ValueError, match=r"a device tensor_sf must be a float32 array of shape \(\) or \(1,\), "
+    with pytest.raises(ValueError, match=r"a device tensor_sf must be a float32 array of shape \(\) or \(1,\), or "
+                                         r"one value per row: \(M,\) = \(256,\) or x.shape\[:-1\] = \(256,\), "
                                          r"got dtype float64 shape \(\)"):
         torch.ops.fp4q.quantize_nvfp4(x, torch.empty((), dtype=torch.float64, device="cuda"))
     q, sf = torch.ops.fp4q.quantize_nvfp4(x, torch.empty((1,), dtype=torch.float32, device="cuda"))
@@ -286,7 +287,7 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     (functional), the dynamic scale (out= and dynamic) or nothing (out=)."""
     sig = library.SIGNATURES[name]
     calls = []
-    outputs = ("q", "sf", "scale")[:len(sig.op.outputs) + sig.dynamic]
+    outputs = ("q", "sf", "scale")[:len(sig.op.outputs) + bool(sig.dynamic)]
 
     def runner(op):
         assert op is sig.op
@@ -299,7 +300,7 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     (inputs, tensor_sf, options, buffers, stream, config, pdl, allocate), = calls
     assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
     assert options == tuple(c.default for c in sig.op.options)
-    scale = given[sig.inputs] if sig.has_scale and not sig.dynamic else "dynamic" if sig.dynamic else None
+    scale = sig.dynamic or (given[sig.inputs] if sig.has_scale else None)  # a string computes the scale(s)
     assert tensor_sf == scale
     assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
     assert allocate is library.OUTPUTS[False]
