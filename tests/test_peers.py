@@ -43,6 +43,9 @@ def test_fp4_quantize_shapes(fake, shape, swizzled):
     q, sf = peers.fp4_quantize(fake_cuda(shape), fake_cuda((1,), torch.float32), is_sf_swizzled_layout=swizzled)
     assert meta(q) == (shape[:-1] + (k // 2,), torch.uint8)
     assert meta(sf) == (((round_up(m, 128), round_up(k // 16, 4)) if swizzled else (m, k // 16)), torch.uint8)
+    # A global scale per row (FlashInfer's M elements): fp4q's tensor scale per row.
+    q2, sf2 = peers.fp4_quantize(fake_cuda(shape), fake_cuda((m,), torch.float32), is_sf_swizzled_layout=swizzled)
+    assert (meta(q2), meta(sf2)) == (meta(q), meta(sf))
     q, sf = peers.fp4_quantize(fake_cuda(shape[:-1] + (2 * k,), torch.float16), sf_vec_size=32, sf_use_ue8m0=True,
                                is_sf_swizzled_layout=swizzled)
     assert meta(q) == (shape[:-1] + (k,), torch.uint8)
@@ -81,8 +84,10 @@ def test_silu_and_mul_nvfp4_quant_takes_vllms_buffers(fake, scale_dtype):
     (lambda: peers.fp4_quantize(fake_cuda((4, 40)), fake_cuda((1,), torch.float32)), ValueError,
      "the last dimension of input must be a multiple of 16, got 40"),
     (lambda: peers.fp4_quantize(fake_cuda((4, 64))), ValueError, "global_scale is required for NVFP4"),
-    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((4,), torch.float32)), ValueError,
-     "global_scale must have one element (fp4q has no per-row global scale yet), got shape (4,)"),
+    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((3,), torch.float32)), ValueError,
+     "global_scale must have one element or one per row (4), got shape (3,)"),
+    (lambda: peers.silu_and_mul_nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((4,), torch.float32)), ValueError,
+     "global_scale must have one element, got shape (4,)"),
     (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), is_sf_8x4_layout=True),
      ValueError, "is_sf_8x4_layout=True (the 8x4 scale layout) is not computed by fp4q yet"),
     (lambda: peers.fp4_quantize(fake_cuda((4, 64)), sf_vec_size=32), ValueError,
@@ -135,6 +140,11 @@ def test_fp4_quantize_bytes(swizzled):
                                is_global_scale_inversed=True)
     want_q, want_sf = reference.quantize_nvfp4(bits, np.float32(1) / np.float32(1 / tsf), sf_layout=layout)
     assert_bytes_equal(_bytes(q), want_q, "q inversed")
+    rows = (2.0 ** np.random.default_rng(3).uniform(-8, 8, 300)).astype(np.float32)
+    q, sf = peers.fp4_quantize(_cuda(bits), torch.from_numpy(rows).cuda(), is_sf_swizzled_layout=swizzled)
+    want_q, want_sf = reference.quantize_nvfp4(bits, rows, sf_layout=layout)
+    assert_bytes_equal(_bytes(q), want_q, "q per row")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "sf per row")
     q, sf = peers.fp4_quantize(_cuda(bits), sf_vec_size=32, sf_use_ue8m0=True, is_sf_swizzled_layout=swizzled)
     want_q, want_sf = reference.quantize_mxfp4(bits, mode="rceil", sf_layout=layout)
     assert_bytes_equal(_bytes(q), want_q, "mx q")

@@ -8,8 +8,8 @@ differ (approximate reciprocals, another rounding of the intermediate).
 
 A peer's 2-D scale tensor of shape ``(R, C)`` in the 128x4 layout holds the same bytes as
 fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array: the drop-ins reshape, never permute. What a peer
-offers that fp4q does not compute yet (the 8x4 layout, per-row global scales, per-token
-scales, row remapping, weight shuffling, fp8 input) raises ``ValueError`` naming the
+offers that fp4q does not compute yet (the 8x4 layout, FlashInfer's per-token scales, row
+remapping, weight shuffling, fp8 input) raises ``ValueError`` naming the
 argument, before anything runs.
 """
 
@@ -74,14 +74,18 @@ def _bytes_as(t, *shape):
     return t.view(-1).view(*shape)
 
 
-def _global_scale(t, name: str):
-    """A peer's one-element quantize-direction global scale as fp4q's device tensor_sf."""
+def _global_scale(t, name: str, rows: int | None = None):
+    """A peer's quantize-direction global scale as fp4q's device tensor_sf: one element, or,
+    where the peer takes them (``rows`` given), one per row."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a float32 CUDA tensor of one element, got {type(t).__name__}")
-    if t.numel() != 1:
-        raise ValueError(f"{name} must have one element (fp4q has no per-row global scale yet), got shape "
-                         f"{tuple(t.shape)}")
-    return t.reshape(()).float()
+    if t.numel() == 1:
+        return t.reshape(()).float()
+    if rows is None:
+        raise ValueError(f"{name} must have one element, got shape {tuple(t.shape)}")
+    if t.numel() != rows:
+        raise ValueError(f"{name} must have one element or one per row ({rows}), got shape {tuple(t.shape)}")
+    return t.reshape(rows).float().contiguous()
 
 
 # ------------------------------------------------------------------------------------- vLLM
@@ -149,8 +153,8 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     """FlashInfer's ``fp4_quantize``: ``input`` ``(..., K)`` bf16 or fp16 to ``(x_q, sf)``, ``x_q``
     uint8 ``(..., K // 2)`` and ``sf`` uint8 2-D: 128x4 ``(round_up(M, 128),
     round_up(K // sf_vec_size, 4))`` or linear ``(M, K // sf_vec_size)``. NVFP4
-    (``sf_vec_size=16``) takes ``global_scale``, a float32 CUDA tensor of one element,
-    quantize direction (``is_global_scale_inversed=True``: dequantize direction, inverted
+    (``sf_vec_size=16``) takes ``global_scale``, a float32 CUDA tensor of one element or
+    one per row (``M``: a tensor scale per row), quantize direction (``is_global_scale_inversed=True``: dequantize direction, inverted
     exactly on the device); MXFP4 is ``sf_vec_size=32, sf_use_ue8m0=True`` (fp4q's
     ``"rceil"``). ``backend`` names FlashInfer's implementations; fp4q has one."""
     if (sf_vec_size, bool(sf_use_ue8m0)) not in ((16, False), (32, True)):
@@ -167,7 +171,7 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
         return q, _scales_2d(sf, layout == "swizzled", rows)
     if global_scale is None:
         raise ValueError("global_scale is required for NVFP4 (sf_vec_size=16)")
-    scale = _global_scale(global_scale, "global_scale")
+    scale = _global_scale(global_scale, "global_scale", rows)
     if is_global_scale_inversed:
         scale = torch.reciprocal(scale)
     q, sf = ops.quantize_nvfp4.Tensor(input, scale, layout, _pdl(enable_pdl), False)
