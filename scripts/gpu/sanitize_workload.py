@@ -101,6 +101,7 @@ def main() -> int:
     failures += global_scale_pass(rng, start)
     failures += prologue_pass(rng, start, args.emulate_sm80)
     failures += rows_pass(rng, start)
+    failures += per_row_pass(rng, start)
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
@@ -240,6 +241,47 @@ def rows_pass(rng, start: float) -> int:
                         failures += 1
                         print(f"MISMATCH rms_norm {config} {m}x{k} residual={residual is not None}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  RMSNorm and add+RMSNorm", flush=True)
+    return failures
+
+
+def per_row_pass(rng, start: float) -> int:
+    """Tensor scales per row (the row kernel after each prologue) into 0xFF-filled outputs: a
+    float32 per row and "dynamic_per_row", at each unit count's longest row and a ragged one."""
+    def bf16(*shape):
+        return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+    failures = 0
+    for units in ROW_UNITS["nvfp4"]:
+        longest = RowConfig(row_units=units).max_k
+        for m, k in [(5, longest), (129, longest - 64)]:
+            x, x2, w = bf16(m, k), bf16(m, 2 * k), bf16(k)
+            scales = (2.0 ** rng.uniform(-10, 10, m)).astype(np.float32)
+            for op in ("quantize", "silu_and_mul", "rms_norm", "add_rms_norm"):
+                for tensor_sf in (scales, "dynamic_per_row"):
+                    res = bf16(m, k) if op == "add_rms_norm" else None
+                    dev_sf = tensor_sf if isinstance(tensor_sf, str) else cp.asarray(tensor_sf)
+                    if op == "quantize":
+                        want = reference.quantize_nvfp4(x, tensor_sf)
+                    elif op == "silu_and_mul":
+                        want = reference.silu_and_mul_quantize_nvfp4(x2, tensor_sf)
+                    else:
+                        want = reference.rms_norm_quantize_nvfp4(x, w, tensor_sf, residual=None if res is None
+                                                                 else res.copy())
+                    out = cp.full(want[0].shape, 0xFF, dtype=cp.uint8)
+                    sf_out = cp.full(want[1].shape, 0xFF, dtype=cp.uint8)
+                    if op == "quantize":
+                        got = fp4q.quantize_nvfp4(cp.asarray(x), dev_sf, out=out, sf_out=sf_out)
+                    elif op == "silu_and_mul":
+                        got = fp4q.silu_and_mul_quantize_nvfp4(cp.asarray(x2), dev_sf, out=out, sf_out=sf_out)
+                    else:
+                        got = fp4q.rms_norm_quantize_nvfp4(cp.asarray(x), cp.asarray(w), dev_sf, out=out,
+                                                           sf_out=sf_out,
+                                                           residual=None if res is None else cp.asarray(res))
+                    if not all(np.array_equal(cp.asnumpy(g), w_) for g, w_ in zip(got, want)):
+                        failures += 1
+                        mode = tensor_sf if isinstance(tensor_sf, str) else "array"
+                        print(f"MISMATCH per-row {op} u{units} {m}x{k} {mode}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  tensor scales per row", flush=True)
     return failures
 
 
