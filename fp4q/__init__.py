@@ -21,7 +21,7 @@ from .kernels.quantize import QuantizeConfig, SimtConfig, default_config
 from .kernels.rules import ConfigError
 from .kernels.spec import Swizzle
 from .numerics import layouts, reference
-from .numerics.layouts import swizzle_sf, swizzled_sf_shape, unswizzle_sf
+from .numerics.layouts import sf_8x4_shape, swizzle_sf, swizzle_sf_8x4, swizzled_sf_shape, unswizzle_sf, unswizzle_sf_8x4
 from .kernels.rows import RowConfig
 from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
                       rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4, silu_and_mul_quantize_mxfp4,
@@ -61,4 +61,7 @@ __all__ = [
     "swizzle_sf",
     "unswizzle_sf",
     "swizzled_sf_shape",
+    "swizzle_sf_8x4",
+    "unswizzle_sf_8x4",
+    "sf_8x4_shape",
 ]

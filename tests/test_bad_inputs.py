@@ -554,8 +554,8 @@ def test_sf_layout_invalid_is_rejected_before_the_rules_on_x(sf_layout, monkeypa
     cp = fakes.install(monkeypatch, fakes.HostCupy()).cupy
     for x in (cp.zeros((M, K), dtype=cp.float32), cp.zeros((M, 24), dtype=cp.uint16), _x(cp, (M, 2 * K))[:, ::2]):
         expect_rejected(
-            ValueError, r"sf_layout must be", _words(f"got {sf_layout!r}"), _words("'swizzled' or 'linear'"),
-            lambda: fp4q.quantize_nvfp4(x, 1.0, sf_layout=sf_layout),
+            ValueError, r"sf_layout must be", _words(f"got {sf_layout!r}"),
+            _words("one of 'swizzled', 'linear', '8x4'"), lambda: fp4q.quantize_nvfp4(x, 1.0, sf_layout=sf_layout),
         )
 
 
@@ -564,7 +564,7 @@ def test_sf_layout_invalid(sf_layout, path, cp):
     out, sf_out = _buffers(cp)
     call, watch = _quantize_with_buffers(cp, path, _x(cp), sf_layout=sf_layout, out=out, sf_out=sf_out)
     expect_rejected(ValueError, r"sf_layout must be", _words(f"got {sf_layout!r}"),
-                    _words("'swizzled' or 'linear'"), call, watch)
+                    _words("one of 'swizzled', 'linear', '8x4'"), call, watch)
 
 
 @pytest.mark.parametrize(
@@ -625,7 +625,7 @@ def test_mxfp4_config_passed_to_quantize_nvfp4(path, cp):
 DYNAMIC_BAD = {  # (type, argument named, value, rule, what the row changes)
     "out_shape": (ValueError, r"\bout must have shape", _words("got (4, 48)"), _words("have shape (4, 32)"),
                   dict(out="bad_shape")),
-    "sf_layout": (ValueError, r"sf_layout must be", _words("got 'bogus'"), _words("'swizzled' or 'linear'"),
+    "sf_layout": (ValueError, r"sf_layout must be", _words("got 'bogus'"), _words("one of 'swizzled', 'linear', '8x4'"),
                   dict(sf_layout="bogus")),
     "pdl": (TypeError, r"pdl must be a bool", _words("got 1"), _words("must be a bool"), dict(pdl=1)),
     "stream": (TypeError, r"stream must be", _words("got 'default'"), _words("a cupy.cuda.Stream"),
@@ -686,7 +686,7 @@ CONFIG_ERRORS = [
     (QuantizeConfig, dict(fmt="fp8"), "fmt", "got 'fp8'", "must be 'nvfp4' or 'mxfp4'"),
     (QuantizeConfig, dict(fmt=16), "fmt", "got 16", "must be 'nvfp4' or 'mxfp4'"),  # a group size is no format
     (QuantizeConfig, dict(arch="sm_89"), "arch", "got 'sm_89'", "must be one of 'sm_80', 'sm_90a', 'sm_100f'"),
-    (QuantizeConfig, dict(sf_layout="tiled"), "sf_layout", "got 'tiled'", "must be 'swizzled' or 'linear'"),
+    (QuantizeConfig, dict(sf_layout="tiled"), "sf_layout", "got 'tiled'", "must be one of 'swizzled', 'linear', '8x4'"),
     (QuantizeConfig, dict(tensor_sf_mode="host"), "tensor_sf_mode", "got 'host'", "'value', 'pointer'"),
     (QuantizeConfig, dict(fmt="mxfp4", tensor_sf_mode="pointer"), "tensor_sf_mode", "got 'pointer'",
      "must be one of 'value' for fmt='mxfp4'"),
@@ -694,7 +694,7 @@ CONFIG_ERRORS = [
     (SimtConfig, dict(threads=100), "threads", "got 100", "must be one of 64, 128, 256, 512, 1024"),
     (SimtConfig, dict(threads=256.0), "threads", "got 256.0", "must be one of 64, 128, 256, 512, 1024"),
     (SimtConfig, dict(arch="sm_90"), "arch", "got 'sm_90'", "must be one of 'sm_80', 'sm_90a'"),
-    (SimtConfig, dict(sf_layout="row"), "sf_layout", "got 'row'", "must be 'swizzled' or 'linear'"),
+    (SimtConfig, dict(sf_layout="row"), "sf_layout", "got 'row'", "must be one of 'swizzled', 'linear', '8x4'"),
 ]
 
 

@@ -248,8 +248,8 @@ def test_a_unit_of_the_walk_is_vector_elements_or_one_group(sf_vec_size):
     assert SimtConfig(fmt=FMT[sf_vec_size], vector=True).elements_per_unit == 16
     assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=32).elements_per_unit == 32
     # 4096 columns: 256 or 128 groups; swizzled, their domain is already whole 4-group words.
-    assert SimtConfig(fmt=FMT[sf_vec_size]).units_per_row(4096, True) == 4096 // sf_vec_size
-    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=8).units_per_row(4096, True) == 512
+    assert SimtConfig(fmt=FMT[sf_vec_size]).units_per_row(4096) == 4096 // sf_vec_size
+    assert SimtConfig(fmt=FMT[sf_vec_size], vector=True, vector_elements=8).units_per_row(4096) == 512
 
 
 # --- determinism and sensitivity --------------------------------------------------------------------------------

@@ -289,8 +289,8 @@ def test_integer_ranges(field, value, lo, hi):
     [
         ("tensor_sf_mode", "ptr", "must be one of 'value', 'pointer' for fmt='nvfp4'"),
         ("tensor_sf_mode", "Value", "must be one of 'value', 'pointer' for fmt='nvfp4'"),
-        ("sf_layout", "128x4", "must be 'swizzled' or 'linear'"),
-        ("sf_layout", None, "must be 'swizzled' or 'linear'"),
+        ("sf_layout", "128x4", "must be one of 'swizzled', 'linear', '8x4'"),
+        ("sf_layout", None, "must be one of 'swizzled', 'linear', '8x4'"),
         ("input_dtype", "float32", "must be 'bfloat16' or 'float16'"),
         ("input_dtype", "bf16", "must be 'bfloat16' or 'float16'"),
     ],

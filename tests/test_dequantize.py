@@ -53,7 +53,7 @@ def test_defaults():
     ("arch", "sm_89", "arch must be one of 'sm_80', 'sm_90a', 'sm_100f', 'sm_110f', 'sm_120f', 'sm_80_on_sm_90a', got 'sm_89'"),
     ("fmt", "fp8", "fmt must be 'nvfp4' or 'mxfp4', got 'fp8'"),
     ("out_dtype", "float16", "out_dtype must be 'bfloat16' or 'float32', got 'float16'"),
-    ("sf_layout", "tiled", "sf_layout must be 'swizzled' or 'linear', got 'tiled'"),
+    ("sf_layout", "tiled", "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'tiled'"),
     ("tensor_sf_mode", "none", "tensor_sf_mode must be one of 'value', 'pointer' for fmt='nvfp4', got 'none'"),
 ])
 def test_call_field_rules(cls, field, value, message):
@@ -184,7 +184,7 @@ def test_dequantize_variants_are_in_all_variants(arch):
     # every config on a target with TMA (all fit), only the plain kernel and its vector form without
     simt = sum(isinstance(cfg, DequantizeSimtConfig) for cfg in DEQUANTIZE.values())
     bases = len(DEQUANTIZE) if ARCHS[arch].features.tma else simt
-    assert len(variants) == bases * (8 + 4)  # nvfp4: 2 dtypes x 2 layouts x 2 modes; mxfp4: its one mode
+    assert len(variants) == bases * (12 + 6)  # nvfp4: 2 dtypes x 3 layouts x 2 modes; mxfp4: its one mode
     everything = all_variants(arch)
     for name, cfg in variants.items():
         assert everything[name] == cfg and cfg.arch == arch
@@ -437,7 +437,7 @@ def test_argument_errors_name_argument_value_and_rule(cp):
 
     q = cp.zeros((4, 32), dtype=cp.uint8)
     sf = cp.zeros((1, 1, 32, 4, 4), dtype=cp.uint8)
-    with pytest.raises(ValueError, match="sf_layout must be 'swizzled' or 'linear', got 'rows'"):
+    with pytest.raises(ValueError, match="sf_layout must be one of 'swizzled', 'linear', '8x4', got 'rows'"):
         fp4q.dequantize_nvfp4(q, sf, 1.0, sf_layout="rows")
     with pytest.raises(ValueError, match="dtype must be 'bfloat16' or 'float32', got 'float16'"):
         fp4q.dequantize_nvfp4(q, sf, 1.0, dtype="float16")

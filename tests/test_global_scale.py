@@ -55,7 +55,7 @@ def test_amax_rules():
 
 
 def test_fused_dynamic_rules_and_render():
-    with raises_config("sf_layout must be 'swizzled' or 'linear', got 'tiled'"):
+    with raises_config("sf_layout must be one of 'swizzled', 'linear', '8x4', got 'tiled'"):
         FusedDynamicConfig(sf_layout="tiled")
     with raises_config("input_dtype must be 'bfloat16' or 'float16', got 'float32'"):
         FusedDynamicConfig(input_dtype="float32")
@@ -69,7 +69,7 @@ def test_fused_dynamic_rules_and_render():
     # The quantize half is the vector kernel's: the same flags and the same work items.
     assert cfg.vector == SimtConfig(threads=128, vector=True, sf_layout="linear", input_dtype="float16",
                                     arch="sm_100f")
-    assert cfg.work_items(300, 7168, False) == cfg.vector.work_items(300, 7168, False)
+    assert cfg.work_items(300, 7168) == cfg.vector.work_items(300, 7168)
     src = codegen.render(cfg.spec)
     assert (src.kernel_name, src.arch) == ("fp4q_quantize_fp4_dynamic", "sm_100f")
     head = prelude(src.source)

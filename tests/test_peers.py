@@ -52,7 +52,22 @@ def test_fp4_quantize_shapes(fake, shape, swizzled):
     assert meta(sf) == (((round_up(m, 128), round_up(k // 16, 4)) if swizzled else (m, k // 16)), torch.uint8)
 
 
-@pytest.mark.parametrize("layout, want", [(peers.SfLayout.layout_128x4, (384, 8)), (2, (300, 8))])
+@pytest.mark.parametrize("shape", [(5, 64), (3, 100, 80)])
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_fp4_quantize_8x4_shapes(fake, shape, swizzled):
+    # The 8x4 flag picks between FlashInfer's two tiled layouts: without the swizzled flag, linear.
+    m, k = math.prod(shape[:-1]), shape[-1]
+    want = (round_up(m, 8), round_up(k // 16, 4)) if swizzled else (m, k // 16)
+    _, sf = peers.fp4_quantize(fake_cuda(shape), fake_cuda((1,), torch.float32), is_sf_swizzled_layout=swizzled,
+                               is_sf_8x4_layout=True)
+    assert meta(sf) == (want, torch.uint8)
+    _, sf = peers.silu_and_mul_nvfp4_quantize(fake_cuda(shape[:-1] + (2 * k,)), fake_cuda((1,), torch.float32),
+                                              is_sf_swizzled_layout=swizzled, is_sf_8x4_layout=True)
+    assert meta(sf) == (want, torch.uint8)
+
+
+@pytest.mark.parametrize("layout, want", [(peers.SfLayout.layout_128x4, (384, 8)), (2, (300, 8)),
+                                          (peers.SfLayout.layout_8x4, (304, 8))])
 def test_nvfp4_quantize_shapes(fake, layout, want):
     q, sf = peers.nvfp4_quantize(fake_cuda((300, 128)), fake_cuda((1,), torch.float32), layout)
     assert meta(q) == ((300, 64), torch.uint8) and meta(sf) == (want, torch.uint8)
@@ -88,14 +103,10 @@ def test_silu_and_mul_nvfp4_quant_takes_vllms_buffers(fake, scale_dtype):
      "global_scale must have one element or one per row (4), got shape (3,)"),
     (lambda: peers.silu_and_mul_nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((4,), torch.float32)), ValueError,
      "global_scale must have one element, got shape (4,)"),
-    (lambda: peers.fp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), is_sf_8x4_layout=True),
-     ValueError, "is_sf_8x4_layout=True (the 8x4 scale layout) is not computed by fp4q yet"),
     (lambda: peers.fp4_quantize(fake_cuda((4, 64)), sf_vec_size=32), ValueError,
      "sf_vec_size and sf_use_ue8m0 must be 16 and False (NVFP4) or 32 and True (MXFP4), got 32 and False"),
     (lambda: peers.fp4_quantize(fake_cuda((64, 4)).t(), fake_cuda((1,), torch.float32)), ValueError,
      "input must be row-major"),
-    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), 1), ValueError,
-     "is_sf_8x4_layout=True"),
     (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), 7), ValueError,
      "sfLayout must be one of ['layout_128x4', 'layout_8x4', 'layout_linear'] (or 0, 1, 2), got 7"),
     (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), per_token_activation=True),

@@ -374,8 +374,9 @@ def test_output_checks_after_a_plan_exists(gpu):
         (dict(stream="default"), TypeError, "stream must be a cupy.cuda.Stream"),
         (dict(stream=FakeStream(5, device_id=1)), ValueError, "stream belongs to device 1 but the input is on device 0"),
         (dict(config="fast"), TypeError, "config must be None, a QuantizeConfig or a SimtConfig, got str"),
-        (dict(sf_layout="bogus"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'bogus'"),
-        (dict(sf_layout=np.str_("swizzled")), ValueError, "sf_layout must be 'swizzled' or 'linear', got np.str_"),
+        (dict(sf_layout="bogus"), ValueError, "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'bogus'"),
+        (dict(sf_layout=np.str_("swizzled")), ValueError,
+         "sf_layout must be one of 'swizzled', 'linear', '8x4', got np.str_"),
     ]
     for extra, exc_type, message in cases:
         kwargs = dict(out=q, sf_out=sf, **extra) if "out" not in extra and "sf_out" not in extra else extra
@@ -906,7 +907,7 @@ def test_dequantize_rules_after_a_plan_exists(gpu):
         (dict(out=FakeArray((16, 256), np.uint16, q.data.ptr)), ValueError, "out overlaps q"),
         (dict(pdl=None), TypeError, "pdl must be a bool"),
         (dict(config="x"), TypeError, "config must be None, a DequantizeConfig or a DequantizeSimtConfig"),
-        (dict(sf_layout="rows"), ValueError, "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
+        (dict(sf_layout="rows"), ValueError, "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'rows'"),
         (dict(dtype="float16"), ValueError, "dtype must be 'bfloat16' or 'float32', got 'float16'"),
         (dict(q=cp.array((16, 64), np.uint16)), TypeError, "q must hold uint8 bytes .*got dtype uint16"),
     ]:
@@ -982,7 +983,7 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
                             tensor_sf_out=scale.data.ptr, rows=100, cols=7168,
                             tickets=FakeDriver.counter_for(None, None, 0), **dict(unit_divisor(per_row)))
         assert scale.shape == () and scale.dtype == np.float32
-        units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168, sf_layout == "swizzled")
+        units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168)
         threads = tuning.fused_dynamic_threads(units, SM_COUNT)
         assert launches[0]["spec"].threads == threads and threads > 128
         # One wave: every CTA resident at once, as the grid barrier needs.

@@ -218,7 +218,7 @@ def test_fp16_input(fake):
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), "static"), ValueError,
      "tensor_sf must be a float, a device float32 scalar, a device float32 array of one value per row, 'dynamic' or 'dynamic_per_row', got 'static'"),
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, sf_layout="rows"), ValueError,
-     "sf_layout must be 'swizzled' or 'linear', got 'rows'"),
+     "sf_layout must be one of 'swizzled', 'linear', '8x4', got 'rows'"),
     (lambda: ft.quantize_mxfp4(fake_cuda((8, 32)), mode="up"), ValueError,
      "mode must be 'rceil' or 'floor', got 'up'"),
     (lambda: ft.quantize_nvfp4(fake_cuda((8, 32)), 1.0, out=fake_cuda((8, 15), torch.uint8)), ValueError,

@@ -154,7 +154,7 @@ def test_all_variants(arch):
     out = quantize_variants(arch)
     want = set()
     for cfg in expected_bases(arch):
-        for layout in ("swizzled", "linear"):
+        for layout in cfg.sf_layouts:  # the TMA kernel's two, the SIMT kernels' three
             for mode in ("value", "pointer") if cfg.fmt == "nvfp4" else ("value",):
                 want.add(cfg.replace(sf_layout=layout, tensor_sf_mode=mode))
     assert set(out.values()) == want
@@ -225,7 +225,7 @@ def test_chosen_configs_are_shipped(arch, m, k):
         for cfg in picks:
             for dtype in ("bfloat16", "float16"):
                 for mx_mode in ("rceil", "floor") if fmt == "mxfp4" else ("rceil",):
-                    for layout in ("swizzled", "linear"):
+                    for layout in cfg.sf_layouts:
                         for mode in ("value", "pointer") if fmt == "nvfp4" else ("value",):
                             call = cfg.replace(input_dtype=dtype, mx_mode=mx_mode, sf_layout=layout,
                                                tensor_sf_mode=mode)

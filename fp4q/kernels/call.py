@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from ..numerics.formats import FORMATS, MX_MODES
+from ..numerics.layouts import SF_TILE
 from ..numerics.reference import OUT_DTYPES
 from .archs import check_arch
-from .rules import check_choice, require
+from .rules import align_up, check_choice, require
 
 INPUT_DTYPES = ("bfloat16", "float16")
-# The scale layouts the kernels write (the spec defines more: numerics.groups.SF_LAYOUTS).
-SF_LAYOUTS = ("swizzled", "linear")
+# The scale layouts the kernels write: the spec's (numerics.groups.SF_LAYOUTS). The TMA quantize
+# kernel writes the first two (its scales go out as 128x4 blocks or rows).
+SF_LAYOUTS = ("swizzled", "linear", "8x4")
+TMA_SF_LAYOUTS = SF_LAYOUTS[:2]
 # What a quantize kernel computes from x before quantizing it (none: x itself), and the public
 # op name's prefix for each. The element-wise ones run in every quantize kernel; the row
 # prologues need a statistic of the whole row first, and run in the row kernel (rows.py).
@@ -55,6 +58,8 @@ class CallFields:
     arch: str = "sm_90a"
     # Whether the kernel takes ROW_TENSOR_SF_MODES as well (the row kernel).
     row_scales: ClassVar[bool] = False
+    # The scale layouts the kernel writes or reads.
+    sf_layouts: ClassVar[tuple[str, ...]] = SF_LAYOUTS
 
     def __post_init__(self) -> None:
         check_arch(self.arch)
@@ -62,6 +67,9 @@ class CallFields:
         check_choice("fmt", self.fmt, FORMATS)
         check_choice("mx_mode", self.mx_mode, MX_MODES)
         check_choice("sf_layout", self.sf_layout, SF_LAYOUTS)
+        require(self.sf_layout in self.sf_layouts,
+                f"sf_layout={self.sf_layout!r} is not written by a {type(self).__name__}, which writes "
+                f"{' or '.join(map(repr, self.sf_layouts))}")
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
         modes = TENSOR_SF_MODES[self.fmt] + (ROW_TENSOR_SF_MODES if self.row_scales and self.fmt == "nvfp4" else ())
@@ -98,6 +106,16 @@ class CallFields:
     def sf_vec_size(self) -> int:
         """The elements one scale covers: 16 (NVFP4) or 32 (MXFP4)."""
         return 16 if self.fmt == "nvfp4" else 32
+
+    def domain_groups(self, cols: int) -> int:
+        """The groups per row of the scale domain a kernel writes: a row of ``cols`` values'
+        groups up to whole tiles of the layout (layout/scale_layout.cuh)."""
+        return align_up(cols // self.sf_vec_size, SF_TILE[self.sf_layout][1])
+
+    @property
+    def layout_flags(self) -> tuple[tuple[str, bool], ...]:
+        """The templates' scale layout (layout/scale_layout.cuh): 128x4, 8x4, else row-major."""
+        return (("FP4Q_SF_SWIZZLED", self.sf_layout == "swizzled"), ("FP4Q_SF_8X4", self.sf_layout == "8x4"))
 
     def replace(self: C, **changes) -> C:
         return dataclasses.replace(self, **changes)

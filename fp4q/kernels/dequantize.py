@@ -34,7 +34,7 @@ def dequantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
         ("FP4Q_MXFP4", cfg.fmt == "mxfp4"),
         ("FP4Q_OUT_F32", cfg.out_dtype == "float32"),
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
-        ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
+        *cfg.layout_flags,
     )
 
 

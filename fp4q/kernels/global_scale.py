@@ -108,8 +108,8 @@ class FusedDynamicConfig(CallFields):
         return simt_spec("quantize_fp4_dynamic", self.arch, constants, self.vector.spec.flags,
                          FUSED_DYNAMIC_PARAMS, self.threads, StrideGrid(self.threads))
 
-    def units_per_row(self, cols: int, swizzled: bool) -> int:
-        return self.vector.units_per_row(cols, swizzled)
+    def units_per_row(self, cols: int) -> int:
+        return self.vector.units_per_row(cols)
 
-    def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
-        return self.vector.work_items(rows, cols, swizzled)
+    def work_items(self, rows: int, cols: int) -> int:
+        return self.vector.work_items(rows, cols)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
-from .call import ELEMENTWISE_PROLOGUES, CallFields
+from ..numerics.layouts import SF_TILE
+from .call import ELEMENTWISE_PROLOGUES, TMA_SF_LAYOUTS, CallFields
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
 from .spec import (MAX_BOX_DIM, KernelSpec, MapSpec, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
                    simt_spec)
@@ -48,7 +50,7 @@ def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
     return (
         ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
-        ("FP4Q_SF_SWIZZLED", cfg.sf_layout == "swizzled"),
+        *cfg.layout_flags,
         ("FP4Q_MX_RCEIL", cfg.fmt == "mxfp4" and cfg.mx_mode == "rceil"),
     )
 
@@ -105,6 +107,7 @@ class QuantizeConfig(CallFields, WarpSpecialized, producer=WARPGROUP, group=WARP
     persistent: bool = True
     min_ctas_per_sm: int = 1
     setmaxnreg: bool = True
+    sf_layouts: ClassVar[tuple[str, ...]] = TMA_SF_LAYOUTS
 
     def __post_init__(self) -> None:
         for name in ("input_swizzle", "output_swizzle"):
@@ -253,25 +256,21 @@ class SimtConfig(CallFields):
         assert self.vector_elements is not None  # resolved by __post_init__
         return self.vector_elements
 
-    def units_per_row(self, cols: int, swizzled: bool) -> int:
+    def units_per_row(self, cols: int) -> int:
         """The work units of one row that the kernel's walk visits (its divisor): one per
         elements_per_unit elements of the scale domain."""
-        return _domain_groups(cols // self.sf_vec_size, swizzled) * self.sf_vec_size // self.elements_per_unit
+        return self.domain_groups(cols) * self.sf_vec_size // self.elements_per_unit
 
-    def work_items(self, rows: int, cols: int, swizzled: bool) -> int:
+    def work_items(self, rows: int, cols: int) -> int:
         """Threads that give this kernel one work item each (more are not needed, fewer loop)."""
-        padded_rows = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS if swizzled else rows
-        per_row = self.units_per_row(cols, swizzled)
+        tile_rows = SF_TILE[self.sf_layout][0]
+        padded_rows = align_up(rows, tile_rows)
+        per_row = self.units_per_row(cols)
         if not self.vector:  # a thread per group of the padded scale domain
             return padded_rows * per_row
-        # The words of the last 128-row block of scales, where the padding rows are, are shared out too.
-        padding_words = _domain_groups(cols // self.sf_vec_size, swizzled) // 4 * SF_BLOCK_ROWS
+        # The words of the last row of scale tiles, where the padding rows are, are shared out too.
+        padding_words = self.domain_groups(cols) // 4 * tile_rows
         return max(rows * per_row, padding_words if padded_rows > rows else 0)
-
-
-def _domain_groups(groups: int, swizzled: bool) -> int:
-    """The groups per row of the scale domain: padded to a multiple of 4 when swizzled."""
-    return align_up(groups, 4) if swizzled else groups
 
 
 def default_config(arch: str = "sm_90a") -> QuantizeConfig:

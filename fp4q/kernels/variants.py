@@ -81,7 +81,7 @@ SIMT: dict[str, SimtConfig] = {
 
 # Dequantization: the default TMA config, one per axis (tile shape, stages,
 # warps, CTAs per SM, persistence), the plain kernel and its vector form. Each is compiled for
-# both formats, both output dtypes, both scale layouts and every tensor_sf
+# both formats, both output dtypes, every scale layout and every tensor_sf
 # mode of its format.
 DEQUANTIZE: dict[str, DequantizeConfig | DequantizeSimtConfig] = {
     "dq_m128_k128_s4_w8": DequantizeConfig(),
@@ -212,8 +212,8 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
 
 
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig]:
-    """Every shipped config for ``arch``, duplicates dropped, each in both scale layouts and
-    both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
+    """Every shipped config for ``arch``, duplicates dropped, each in every scale layout it
+    writes and both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
     defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
     precompiled cache holds every kernel a call can pick; then the dequantization
@@ -230,7 +230,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
             bases[name] = cfg
     out = {}
     for name, cfg in bases.items():
-        for layout in SF_LAYOUTS:
+        for layout in cfg.sf_layouts:
             for mode in TENSOR_SF_MODES[cfg.fmt]:
                 out[f"{name}/{layout}/{mode}"] = cfg.replace(sf_layout=layout, tensor_sf_mode=mode)
     out.update(row_variants(arch))

@@ -33,6 +33,9 @@ GROUPS_PER_TILE = 4
 TILE_BYTES = 512
 ROWS_PER_TILE_8X4 = 8
 TILE_BYTES_8X4 = ROWS_PER_TILE_8X4 * GROUPS_PER_TILE
+# Rows and groups of one tile of each layout: a kernel writes the scales of whole tiles,
+# their padding bytes included.
+SF_TILE = {"linear": (1, 1), "swizzled": (ROWS_PER_TILE, GROUPS_PER_TILE), "8x4": (ROWS_PER_TILE_8X4, GROUPS_PER_TILE)}
 
 
 def _array_module(a, name):
@@ -89,6 +92,19 @@ def tiles_shape(m, groups) -> tuple:
     """``(ceil(m/128), ceil(groups/4), 32, 4, 4)``, unchecked: sizes may be symbolic (torch's
     fake tensors trace through it)."""
     return (-(-m // ROWS_PER_TILE), -(-groups // GROUPS_PER_TILE), 32, 4, GROUPS_PER_TILE)
+
+
+def tiles_shape_8x4(m, groups) -> tuple:
+    """``(ceil(m/8), ceil(groups/4), 8, 4)``, unchecked as ``tiles_shape``."""
+    return (-(-m // ROWS_PER_TILE_8X4), -(-groups // GROUPS_PER_TILE), ROWS_PER_TILE_8X4, GROUPS_PER_TILE)
+
+
+def scales_shape(sf_layout: str, lead: tuple, m, groups) -> tuple:
+    """The shape of the scales of ``m`` rows of leading shape ``lead`` with ``groups``
+    scales each, in ``sf_layout``; unchecked as ``tiles_shape``."""
+    if sf_layout == "linear":
+        return tuple(lead) + (groups,)
+    return tiles_shape(m, groups) if sf_layout == "swizzled" else tiles_shape_8x4(m, groups)
 
 
 def block_shape(m: int, groups: int) -> tuple:
@@ -190,9 +206,7 @@ def unswizzle_sf(swizzled, m: int, k: int, fmt: str = "nvfp4"):
 
 def block_shape_8x4(m: int, groups: int) -> tuple:
     """Shape ``(ceil(m/8), ceil(groups/4), 8, 4)`` of the 8x4 scales of ``groups`` scales per row."""
-    m = _count(m, "m")
-    groups = _count(groups, "groups")
-    return (-(-m // ROWS_PER_TILE_8X4), -(-groups // GROUPS_PER_TILE), ROWS_PER_TILE_8X4, GROUPS_PER_TILE)
+    return tiles_shape_8x4(_count(m, "m"), _count(groups, "groups"))
 
 
 def sf_8x4_shape(m: int, k: int, fmt: str = "nvfp4") -> tuple:

@@ -23,7 +23,7 @@ from ..kernels.call import ROW_TENSOR_SF_MODES
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
 from ..numerics.groups import require_choice
-from ..numerics.layouts import tiles_shape
+from ..numerics.layouts import scales_shape
 from .arrays import Q_DTYPES, SAME_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
 from .checks import RowsView, rows_view
 
@@ -100,9 +100,7 @@ class Array:
         if self.kind == "codes":
             return g.lead + (g.k // 2,)
         if self.kind == "scales":
-            if g.options["sf_layout"] == "swizzled":
-                return tiles_shape(g.view.rows, g.groups)
-            return g.lead + (g.groups,)
+            return scales_shape(g.options["sf_layout"], g.lead, g.view.rows, g.groups)
         if self.kind in ("values", "like_main"):
             return g.lead + (g.k,)
         if self.kind == "like_row":

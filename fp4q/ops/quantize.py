@@ -17,7 +17,7 @@ from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
 from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
-from ..kernels.call import ROW_TENSOR_SF_MODES, SF_LAYOUTS
+from ..kernels.call import ROW_TENSOR_SF_MODES, SF_LAYOUTS, TMA_SF_LAYOUTS
 from ..numerics.formats import MX_MODES
 from .declare import DYNAMIC, Array, Choice, Op, TensorScale
 from .global_scale import ScaleLaunch, X
@@ -25,13 +25,24 @@ from .plans import NO_LAUNCH, KernelLaunch
 from .rows import ROW_KERNELS, alignment_obstacle
 
 SF_LAYOUT = Choice("sf_layout", SF_LAYOUTS, "swizzled", "sf_layout",
-                   doc='``"swizzled"`` (the 128x4 layout block-scaled GEMMs read) or ``"linear"``')
+                   doc='``"swizzled"`` (the 128x4 layout block-scaled GEMMs read), ``"linear"`` or ``"8x4"`` '
+                       '(FlashInfer\'s layout for few rows)')
 MX_MODE = Choice("mode", MX_MODES, "rceil", "mx_mode", doc='the scale exponent\'s rounding, ``"rceil"`` or '
                                                           '``"floor"``')
 OUT = Array("out", "codes", doc="packed e2m1 pairs, uint8 ``(..., K // 2)``: element ``2i`` in the low nibble "
                                 "of byte ``i``")
 # Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
 TWO_PASS_MODE = "pointer"
+
+
+def tma_obstacle(plan) -> str | None:
+    """Why the TMA kernel cannot serve ``plan``'s kind of call whatever its pointers, or None."""
+    k, layout = plan.geometry.k, plan.call["sf_layout"]
+    if k % 32:
+        return f"K={k} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+    if layout not in TMA_SF_LAYOUTS:
+        return f"it stores its scales as 128x4 blocks or rows, not in sf_layout={layout!r}"
+    return None
 
 
 def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
@@ -50,8 +61,7 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
                              f"groups per unit: K={k} is not a multiple of {elements}")
         return config.replace(**call)
     if isinstance(config, QuantizeConfig):
-        if k % 32:
-            obstacle = f"K={k} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+        obstacle = tma_obstacle(plan) or obstacle
         if obstacle is not None:
             raise ValueError(f"config is a TMA QuantizeConfig, but TMA cannot serve this call: {obstacle}")
         return config.replace(**call)
@@ -59,7 +69,7 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
         return SimtConfig(**call)
     chosen = choose_config(view.rows, k, arch, plan.op.fmt)
     if isinstance(chosen, QuantizeConfig):
-        fit = fitted(chosen, **call) if k % 32 == 0 else None
+        fit = fitted(chosen, **call) if tma_obstacle(plan) is None else None
         return fit or SimtConfig(vector=True, **call)
     return chosen.replace(**call)
 
@@ -67,12 +77,12 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
 def kernel_launch(cfg, plan, dev, slots) -> KernelLaunch:
     """The launch of quantize config ``cfg`` for ``plan``'s kind of call."""
     kernel = get_kernel(cfg.spec, dev.ordinal)
-    rows, cols, swizzled = plan.view.rows, plan.geometry.k, cfg.sf_layout == "swizzled"
+    rows, cols = plan.view.rows, plan.geometry.k
     if isinstance(cfg, QuantizeConfig):
         grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
         return KernelLaunch(cfg, kernel, grid, slots, plan.fixed, dynamic, plan.extents)
-    grid = cfg.spec.grid.size(cfg.work_items(rows, cols, swizzled), dev.sm_count, kernel.ctas_per_sm)
-    return KernelLaunch(cfg, kernel, grid, slots, {**plan.fixed, **dict(unit_divisor(cfg.units_per_row(cols, swizzled)))})
+    grid = cfg.spec.grid.size(cfg.work_items(rows, cols), dev.sm_count, kernel.ctas_per_sm)
+    return KernelLaunch(cfg, kernel, grid, slots, {**plan.fixed, **dict(unit_divisor(cfg.units_per_row(cols)))})
 
 
 class TwoPasses:
@@ -127,13 +137,12 @@ def dynamic_launch(plan, pointers: list[int], config, dev):
     quantize = kernel_launch(resolve_config(config, plan, pointers, TWO_PASS_MODE, dev.arch), plan, dev,
                              plan.op.slots)
     two_passes = TwoPasses(scale, quantize)
-    swizzled = plan.call["sf_layout"] == "swizzled"
     if (config is not None or alignment_obstacle(plan, pointers) is not None
             or view.rows * plan.geometry.k > FUSED_DYNAMIC_MAX_ELEMENTS):
         return two_passes
     cfg = FusedDynamicConfig(**dict(plan.call, arch=dev.arch))
-    per_row = cfg.units_per_row(plan.geometry.k, swizzled)
-    work_items = cfg.work_items(view.rows, plan.geometry.k, swizzled)
+    per_row = cfg.units_per_row(plan.geometry.k)
+    work_items = cfg.work_items(view.rows, plan.geometry.k)
     threads, one_cta = fused_dynamic_block(view.rows * per_row, work_items, dev.sm_count)
     cfg = cfg.replace(threads=threads)
     kernel = get_kernel(cfg.spec, dev.ordinal)
@@ -179,8 +188,9 @@ QUANTIZE_NVFP4 = Op(
     name="quantize_nvfp4",
     summary="Quantize bf16 (or fp16) ``x`` of shape ``(..., K)`` to NVFP4.",
     doc="""Returns ``(q, sf)``: ``q`` packed e2m1 pairs and ``sf`` e4m3 scale bytes,
-``(ceil(M/128), ceil(K/64), 32, 4, 4)`` when ``sf_layout="swizzled"`` or
-``(..., K // 16)`` when ``"linear"``; a 1-D ``x`` of shape ``(K,)`` is one row.
+``(ceil(M/128), ceil(K/64), 32, 4, 4)`` when ``sf_layout="swizzled"``,
+``(..., K // 16)`` when ``"linear"`` or ``(ceil(M/8), ceil(K/64), 8, 4)`` when
+``"8x4"``; a 1-D ``x`` of shape ``(K,)`` is one row.
 ``tensor_sf`` is a float (passed by value) or a device float32 scalar (read by
 the kernel: no host sync, graph-safe), or a device float32 array of one scale per
 row, shape ``(M,)`` or ``x.shape[:-1]`` (row ``m`` quantized with its own).
@@ -216,8 +226,8 @@ QUANTIZE_MXFP4 = Op(
 two ``2**e``); ``mode`` picks the exponent: ``"rceil"`` (the smallest ``e`` with
 ``2**e >= amax / 6``, what NVIDIA's libraries use) or ``"floor"`` (OCP:
 ``floor(log2(amax)) - 2``). Returns ``(q, sf)``: ``q`` as for NVFP4, ``sf``
-``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled) or ``(..., K // 32)``
-(linear). No tensor scale.""",
+``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled), ``(..., K // 32)``
+(linear) or ``(ceil(M/8), ceil(K/128), 8, 4)`` (8x4). No tensor scale.""",
     fmt="mxfp4",
     main=X,
     options=(MX_MODE, SF_LAYOUT),

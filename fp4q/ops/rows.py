@@ -22,9 +22,9 @@ def alignment_obstacle(plan, pointers: list[int]) -> str | None:
         return f"{op.main.name}'s base address {pointers[0]:#x} is not 16-byte aligned"
     if (view.row_stride * view.itemsize) % 16:
         return f"{op.main.name}'s row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
-    swizzled = plan.call["sf_layout"] == "swizzled"
+    tiled = plan.call["sf_layout"] != "linear"
     for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
-        if ptr % 16 and (array.kind != "scales" or swizzled):
+        if ptr % 16 and (array.kind != "scales" or tiled):
             return f"{array.name}'s base address {ptr:#x} is not 16-byte aligned"
     return None
 

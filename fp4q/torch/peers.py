@@ -7,10 +7,10 @@ registered ops, so the bits are the spec's.
 differ (approximate reciprocals, another rounding of the intermediate).
 
 A peer's 2-D scale tensor of shape ``(R, C)`` in the 128x4 layout holds the same bytes as
-fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array: the drop-ins reshape, never permute. What a peer
-offers that fp4q does not compute yet (the 8x4 layout, FlashInfer's per-token scales, row
-remapping, weight shuffling, fp8 input) raises ``ValueError`` naming the
-argument, before anything runs.
+fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array, and in the 8x4 layout as fp4q's ``(R / 8, C / 4,
+8, 4)``: the drop-ins reshape, never permute. What a peer offers that fp4q does not compute
+yet (FlashInfer's per-token scales, row remapping, weight shuffling, fp8 input) raises
+``ValueError`` naming the argument, before anything runs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 import torch
 
 from ..kernels.rules import align_up
+from ..numerics.layouts import SF_TILE
 
 ops = torch.ops.fp4q
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
@@ -59,13 +60,14 @@ def _pdl(enable_pdl) -> bool:
     return True if enable_pdl is None else bool(enable_pdl)
 
 
-def _scales_2d(sf, swizzled: bool, rows: int):
-    """fp4q's scales as the peers' 2-D uint8 tensor: 128x4 ``(round_up(M, 128), round_up(G, 4))``
-    or linear ``(M, G)``."""
+def _scales_2d(sf, layout: str, rows: int):
+    """fp4q's scales as the peers' 2-D uint8 tensor: 128x4 ``(round_up(M, 128), round_up(G, 4))``,
+    8x4 ``(round_up(M, 8), round_up(G, 4))`` or linear ``(M, G)``."""
     sf = sf.view(torch.uint8)
-    if swizzled:
-        return _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
-    return sf.reshape(rows, sf.shape[-1])
+    if layout == "linear":
+        return sf.reshape(rows, sf.shape[-1])
+    tile_rows, tile_groups = SF_TILE[layout]
+    return _bytes_as(sf, sf.shape[0] * tile_rows, sf.shape[1] * tile_groups)
 
 
 def _bytes_as(t, *shape):
@@ -142,17 +144,20 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
 
 
 # ------------------------------------------------------------------------------------- FlashInfer
-def _layout(swizzled: bool, eight_by_four: bool, flag: str) -> str:
-    if eight_by_four:
-        raise ValueError(f"{flag}=True (the 8x4 scale layout) is not computed by fp4q yet")
-    return "swizzled" if swizzled else "linear"
+def _layout(swizzled: bool, eight_by_four: bool) -> str:
+    """FlashInfer's two layout flags as fp4q's layout: the 8x4 flag picks between the two tiled
+    layouts, so without the swizzled flag the scales are linear (its ``fp4Quantize.cpp``)."""
+    if not swizzled:
+        return "linear"
+    return "8x4" if eight_by_four else "swizzled"
 
 
 def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
                  is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="cuda"):
     """FlashInfer's ``fp4_quantize``: ``input`` ``(..., K)`` bf16 or fp16 to ``(x_q, sf)``, ``x_q``
     uint8 ``(..., K // 2)`` and ``sf`` uint8 2-D: 128x4 ``(round_up(M, 128),
-    round_up(K // sf_vec_size, 4))`` or linear ``(M, K // sf_vec_size)``. NVFP4
+    round_up(K // sf_vec_size, 4))``, 8x4 ``(round_up(M, 8), round_up(K // sf_vec_size, 4))``
+    (``is_sf_8x4_layout`` with ``is_sf_swizzled_layout``) or linear ``(M, K // sf_vec_size)``. NVFP4
     (``sf_vec_size=16``) takes ``global_scale``, a float32 CUDA tensor of one element or
     one per row (``M``: a tensor scale per row), quantize direction (``is_global_scale_inversed=True``: dequantize direction, inverted
     exactly on the device); MXFP4 is ``sf_vec_size=32, sf_use_ue8m0=True`` (fp4q's
@@ -164,24 +169,24 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     if input.dim() == 2 and input.shape[1] > 1 and input.stride(1) != 1:
         raise ValueError("input must be row-major (its last dimension contiguous): fp4q does not quantize a "
                          "column-major input as its transpose")
-    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout, "is_sf_8x4_layout")
+    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout)
     rows = math.prod(input.shape[:-1])
     if sf_vec_size == 32:
         q, sf = ops.quantize_mxfp4.default(input, "rceil", layout, _pdl(enable_pdl), False)
-        return q, _scales_2d(sf, layout == "swizzled", rows)
+        return q, _scales_2d(sf, layout, rows)
     if global_scale is None:
         raise ValueError("global_scale is required for NVFP4 (sf_vec_size=16)")
     scale = _global_scale(global_scale, "global_scale", rows)
     if is_global_scale_inversed:
         scale = torch.reciprocal(scale)
     q, sf = ops.quantize_nvfp4.Tensor(input, scale, layout, _pdl(enable_pdl), False)
-    return q, _scales_2d(sf, layout == "swizzled", rows)
+    return q, _scales_2d(sf, layout, rows)
 
 
 def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16,
                    enable_pdl=None, backend="cuda", *, per_token_activation=False, expanded_idx_to_permuted_idx=None):
     """FlashInfer's ``nvfp4_quantize``: ``a`` ``(M, K)`` to ``(a_fp4, a_sf)`` as ``fp4_quantize``
-    with the layout ``sfLayout`` (``SfLayout`` or its int value; 128x4 or linear)."""
+    with the layout ``sfLayout`` (``SfLayout`` or its int value)."""
     if sf_vec_size != 16:
         raise ValueError(f"sf_vec_size must be 16 for nvfp4_quantize, got {sf_vec_size!r}")
     if do_shuffle:
@@ -195,7 +200,7 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
     except (TypeError, ValueError):
         raise ValueError(f"sfLayout must be one of {[m.name for m in SfLayout]} (or 0, 1, 2), got {sfLayout!r}") \
             from None
-    return fp4_quantize(a, a_global_sf, 16, False, layout == SfLayout.layout_128x4, layout == SfLayout.layout_8x4,
+    return fp4_quantize(a, a_global_sf, 16, False, layout != SfLayout.layout_linear, layout == SfLayout.layout_8x4,
                         False, enable_pdl, backend)
 
 
@@ -207,11 +212,11 @@ def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizz
     if sf_vec_size != 16:
         raise ValueError(f"sf_vec_size must be 16 for silu_and_mul_nvfp4_quantize, got {sf_vec_size!r}")
     _require_input(input, "input", 16, halves=True)
-    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout, "is_sf_8x4_layout")
+    layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout)
     rows = input.reshape(-1, input.shape[-1])
     q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, _global_scale(global_scale, "global_scale"), layout,
                                                    _pdl(enable_pdl), False)
-    return q, _scales_2d(sf, layout == "swizzled", rows.shape[0])
+    return q, _scales_2d(sf, layout, rows.shape[0])
 
 
 def _formats(block_size, scale_format) -> str:

@@ -21,9 +21,9 @@
 //              the global scale of the row's amax (NaN ignored), written out
 //   quantize   RoundToNearest, the other kernels' step
 //   store      RowwiseStore (vector_quantize.cuh): codes, scale bytes,
-//              zeros for the swizzled layout's padding groups and rows
+//              zeros for a tiled layout's padding groups and rows
 //
-// Needs x's rows, weight, residual, out and a swizzled sf_out 16-byte
+// Needs x's rows, weight, residual, out and a tiled sf_out 16-byte
 // aligned (the host's rule).
 #define VEC_ELEMS SF_VEC
 #include "kernels/simt_quantize.cuh"

@@ -1,7 +1,7 @@
 // FP4 quantization without TMA: one thread per group (16 elements for
 // NVFP4, 32 for MXFP4), plain loads and stores. Serves the pointers that
 // neither TMA nor the vector kernel can address (a base or row stride of x,
-// or a base of q or of swizzled scales, that is not 16-byte aligned), and
+// or a base of q or of tiled scales, that is not 16-byte aligned), and
 // any shape.
 // Its load and transform steps are those of kernels/steps.cuh, the reads
 // done by 2-byte loads. It quantizes a group by the general sequence below

@@ -3,8 +3,8 @@
 // 32) consecutive elements, its one to four 16-byte loads issued before any
 // arithmetic. A unit holds whole groups (UNIT_GROUPS of them) or a share of
 // one: then the THREADS_PER_GROUP threads of a group sit in adjacent lanes
-// and agree on its amax through butterfly shuffles. Under the swizzled
-// layout the padding rows' scales are written as zeros. Needs x rows and
+// and agree on its amax through butterfly shuffles. Under a tiled
+// layout (128x4, 8x4) the padding rows' scales are written as zeros. Needs x rows and
 // the outputs 16-byte aligned, and, for units of two groups, an even number
 // of groups per row (the host's rule). Its units go through the steps of
 // kernels/steps.cuh: the load step's inputs are GlobalRows, each read one to
@@ -31,21 +31,19 @@ FP4Q_DEVICE void load_vector(const u16* p, u32 (&w)[4 * VEC_LOADS]) {
     for (int v = 0; v < VEC_LOADS; ++v) ld_global_nc_v4(p + 8 * v, w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
 
-// Zero scales for the rows from `rows` up to the next multiple of 128 (the
-// swizzled layout's padding), all in the last 128-row block of scales. In
-// each of its 512-byte blocks, word w (the four groups of one row) holds
-// row (w % 4) * 32 + w / 4 (layout/scale_layout.cuh), so the grid walks the
-// words of those blocks in order, by shifts and masks instead of a
-// division, and writes the padding rows' words.
+// Zero scales for the rows from `rows` up to the next whole tile of the
+// layout (its padding), all in the last row of tiles. The grid walks the
+// words of those tiles in order (a tile's word w holds the four groups of
+// its row sf_tile_word_row(w)), by shifts and masks instead of a division,
+// and writes the padding rows' words.
 FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups) {
-    if constexpr (FP4Q_SF_SWIZZLED) {
-        const u32 first_padding_row = static_cast<u32>(rows) % 128;
+    if constexpr (SF_TILE_ROWS > 1) {
+        const u32 first_padding_row = static_cast<u32>(rows) % SF_TILE_ROWS;
         if (first_padding_row == 0) return;
-        const u32 words = static_cast<u32>(sf_domain_groups(groups)) / 4 * 128;
-        u8* block_row = sf + sf_index(rows - static_cast<i32>(first_padding_row), 0, groups);
+        const u32 words = static_cast<u32>(sf_domain_groups(groups)) / 4 * SF_TILE_ROWS;
+        u8* tile_row = sf + sf_index(rows - static_cast<i32>(first_padding_row), 0, groups);
         for (u32 i = grid_thread(); i < words; i += grid_threads()) {
-            const u32 w = i % 128;
-            if ((w % 4) * 32 + w / 4 >= first_padding_row) st_global_u32(block_row + 4 * static_cast<u64>(i), 0u);
+            if (sf_tile_word_row(i % SF_TILE_ROWS) >= first_padding_row) st_global_u32(tile_row + 4 * static_cast<u64>(i), 0u);
         }
     }
 }
@@ -88,9 +86,9 @@ struct RowwiseStore {
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
             u8* dst = sf + sf_index(unit.row, unit_group(unit.col), groups);
             const u32 bytes = live ? out.sf : 0u;
-            if constexpr (UNIT_GROUPS == 2 && FP4Q_SF_SWIZZLED) {
+            if constexpr (UNIT_GROUPS == 2 && SF_TILE_GROUPS == 4) {
                 // Both bytes in one store (an even group: 2-byte aligned in the 16-byte aligned
-                // layout), so that a warp's stores touch half as many L2 sectors.
+                // tiled layouts), so that a warp's stores touch half as many L2 sectors.
                 st_global_u16(dst, bytes);
             } else {
 #pragma unroll
