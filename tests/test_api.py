@@ -220,10 +220,10 @@ def test_leading_dimensions_flatten():
 
 
 SIGNATURES = {  # the public functions, written from the ops' declarations: the same calls as ever
-    "quantize_nvfp4": "(x, tensor_sf, *, sf_layout='swizzled', out=None, sf_out=None, stream=None, config=None, "
-                      "pdl=True)",
-    "quantize_mxfp4": "(x, *, mode='rceil', sf_layout='swizzled', out=None, sf_out=None, stream=None, config=None, "
-                      "pdl=True)",
+    "quantize_nvfp4": "(x, tensor_sf, *, sf_layout='swizzled', padded_k=None, out=None, sf_out=None, stream=None, "
+                      "config=None, pdl=True)",
+    "quantize_mxfp4": "(x, *, mode='rceil', sf_layout='swizzled', padded_k=None, out=None, sf_out=None, "
+                      "stream=None, config=None, pdl=True)",
     "dequantize_nvfp4": "(q, sf, tensor_sf, *, sf_layout='swizzled', dtype='bfloat16', out=None, stream=None, "
                         "config=None, pdl=True)",
     "dequantize_mxfp4": "(q, sf, *, sf_layout='swizzled', dtype='bfloat16', out=None, stream=None, config=None, "

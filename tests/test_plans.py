@@ -110,7 +110,7 @@ def expected_launch(cfg, view, q, sf, scale, stream=0):
             per_row = padded_groups
             total = padded_rows * padded_groups
         grid = max(1, min(math.ceil(total / cfg.threads), SM_COUNT * CTAS_PER_SM * 4))
-        args.update(x=x_ptr, x_row_stride=row_stride, out=q.data.ptr, sf_out=sf.data.ptr,
+        args.update(x=x_ptr, x_row_stride=row_stride, out=q.data.ptr, sf_out=sf.data.ptr, out_cols=cols,
                     **dict(unit_divisor(per_row)))
     return grid, args
 
@@ -141,8 +141,8 @@ def call(gpu, x, tensor_sf=1.0, **kwargs):
     return q, sf, (new[0] if new else None)
 
 
-def plan_of(x, options=("swizzled",)):
-    """The stored plan of quantize_nvfp4(x) with these options (sf_layout) and no config."""
+def plan_of(x, options=("swizzled", None)):
+    """The stored plan of quantize_nvfp4(x) with these options (sf_layout, padded_k) and no config."""
     stored = len(plans.plans)
     plan = engine.plan_of(QUANTIZE_NVFP4, as_operand(x, "x"), options, None)
     assert len(plans.plans) == stored, "no plan of this kind of call was stored"
@@ -980,7 +980,7 @@ def test_dynamic_takes_one_launch_with_the_streams_counter(gpu, sf_layout):
         args = launches[0]["args"]
         per_row = 7168 // 16  # a multiple of 4 groups: no padding groups
         assert args == dict(x=x.data.ptr, x_row_stride=7168, out=q.data.ptr, sf_out=sf.data.ptr,
-                            tensor_sf_out=scale.data.ptr, rows=100, cols=7168,
+                            tensor_sf_out=scale.data.ptr, rows=100, cols=7168, out_cols=7168,
                             tickets=FakeDriver.counter_for(None, None, 0), **dict(unit_divisor(per_row)))
         assert scale.shape == () and scale.dtype == np.float32
         units = FusedDynamicConfig(sf_layout=sf_layout).work_items(100, 7168)

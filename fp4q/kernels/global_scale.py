@@ -68,7 +68,7 @@ class GlobalScaleConfig(CallFields):
 
 FUSED_DYNAMIC_PARAMS = (
     *params(("x", "ptr"), ("x_row_stride", "i64"), ("out", "ptr"), ("sf_out", "ptr"), ("tensor_sf_out", "ptr"),
-            ("rows", "i32"), ("cols", "i32")),
+            ("rows", "i32"), ("cols", "i32"), ("out_cols", "i32")),
     *UNIT_DIVISOR_PARAMS,
     *params(("tickets", "ptr")),
 )

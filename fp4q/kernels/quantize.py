@@ -38,7 +38,7 @@ TMA_QUANTIZE_PARAMS = params(
 # constant-cache miss fewer (ncu, caches flushed, 256x2048: 4.06 -> 3.78 us).
 SIMT_QUANTIZE_PARAMS = (
     *params(("x", "ptr"), ("out", "ptr"), ("sf_out", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"),
-            ("cols", "i32")),
+            ("cols", "i32"), ("out_cols", "i32")),
     *UNIT_DIVISOR_PARAMS,
     *params(("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr")),
 )

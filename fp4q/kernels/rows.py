@@ -29,7 +29,8 @@ ROW_WAVES = 4
 
 ROW_QUANTIZE_PARAMS = params(
     ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("out", "ptr"), ("sf_out", "ptr"),
-    ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("eps", "f32"), ("tensor_sf_value", "f32"),
+    ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("out_cols", "i32"), ("eps", "f32"),
+    ("tensor_sf_value", "f32"),
     ("tensor_sf_ptr", "ptr"),
 )
 # The templates' ROW_SCALE per tensor_sf_mode: the launch's scale (by value or pointer), a float32

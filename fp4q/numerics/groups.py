@@ -47,6 +47,25 @@ def row_groups(shape, k: int, group: int, what: str) -> tuple[tuple, int, int]:
     return lead, math.prod(lead), k // group
 
 
+def require_padded_k(padded_k) -> None:
+    """``padded_k`` (the outputs' row width) is None or an int."""
+    if padded_k is not None and (isinstance(padded_k, bool) or not isinstance(padded_k, numbers.Integral)):
+        raise TypeError(f"padded_k must be an int or None, got {padded_k!r} of type {type(padded_k).__name__}")
+
+
+def padded_width(padded_k, k: int, group: int, what: str) -> int:
+    """The outputs' row width: ``padded_k``, after its rules (None or an int, ``>= K`` (``what``
+    names K) and a multiple of the ``group``), or K where it is None."""
+    require_padded_k(padded_k)
+    if padded_k is None:
+        return k
+    if padded_k < k:
+        raise ValueError(f"padded_k must be >= {what} = {k}, got {padded_k}")
+    if padded_k % group:
+        raise ValueError(f"padded_k must be a multiple of {group}, got {padded_k}")
+    return int(padded_k)
+
+
 def tensor_sf_float32(tensor_sf) -> np.float32:
     """A scalar ``tensor_sf`` (Python or numpy real, or a 0-d array) as float32."""
     if isinstance(tensor_sf, np.ndarray) and tensor_sf.ndim == 0:

@@ -19,8 +19,6 @@ functions here compose the two literally. What they add to the spec's steps 1-6:
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .formats import E8M0_BIAS, GROUP_SIZE, MX_MODES, e2m1_encode, e8m0_exponent, input_float32, pack_nibbles
@@ -28,6 +26,7 @@ from .groups import (
     SF_LAYOUTS,
     global_scale_of_amax,
     group_amax,
+    padded_width,
     quantize_groups,
     require_choice,
     row_groups,
@@ -60,16 +59,7 @@ class Rows:
     def __init__(self, lead: tuple, k: int, group: int, what: str, padded_k):
         self.lead, self.m, self.groups = row_groups(lead + (k,), k, group, what)
         self.k, self.group = k, group
-        if padded_k is None:
-            self.padded = k
-        elif isinstance(padded_k, bool) or not isinstance(padded_k, numbers.Integral):
-            raise TypeError(f"padded_k must be an int or None, got {padded_k!r} of type {type(padded_k).__name__}")
-        elif padded_k < k:
-            raise ValueError(f"padded_k must be >= {what} = {k}, got {padded_k}")
-        elif padded_k % group:
-            raise ValueError(f"padded_k must be a multiple of {group}, got {padded_k}")
-        else:
-            self.padded = int(padded_k)
+        self.padded = padded_width(padded_k, k, group, what)
 
     def outputs(self, codes: np.ndarray, sf: np.ndarray, sf_layout: str) -> tuple[np.ndarray, np.ndarray]:
         """``q`` and the scales in ``sf_layout`` from codes ``(M, K)`` and scale bytes ``(M, G)``,

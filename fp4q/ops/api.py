@@ -47,8 +47,8 @@ rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
 rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
 
 
-def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", out=None, sf_out=None,
-               config=None):
+def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", padded_k=None, out=None,
+               sf_out=None, config=None):
     """The config (``QuantizeConfig`` or ``SimtConfig``; ``RowConfig`` for a tensor scale per
     row) that ``quantize_nvfp4`` (``fmt="nvfp4"``) or ``quantize_mxfp4`` (``fmt="mxfp4"``) with
     these arguments would launch on ``x``'s device; ``None`` for an empty ``x``. Outputs it
@@ -56,7 +56,7 @@ def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzl
     require_choice(fmt, "fmt", ("nvfp4", "mxfp4"))
     op = QUANTIZE_NVFP4 if fmt == "nvfp4" else QUANTIZE_MXFP4
     main = as_operand(x, "x")
-    plan = plan_of(op, main, (sf_layout,) if fmt == "nvfp4" else (mode, sf_layout), config)
+    plan = plan_of(op, main, (sf_layout, padded_k) if fmt == "nvfp4" else (mode, sf_layout, padded_k), config)
     scale_mode = (tensor_scale(tensor_sf, plan.view.device, plan.row_shapes) if fmt == "nvfp4"
                   else NO_TENSOR_SCALE)[0]
     if config is not None:

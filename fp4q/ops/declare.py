@@ -22,7 +22,7 @@ import numpy as np
 from ..kernels.call import ROW_TENSOR_SF_MODES
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
-from ..numerics.groups import require_choice
+from ..numerics.groups import padded_width, require_choice, require_padded_k
 from ..numerics.layouts import scales_shape
 from .arrays import Q_DTYPES, SAME_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
 from .checks import RowsView, rows_view
@@ -37,10 +37,13 @@ class Geometry:
     fmt: str
     k: int
     options: Mapping[str, Any]
+    # The outputs' row width in values: K, or the padded_k option's.
+    out_k: int
 
     @property
     def groups(self) -> int:
-        return self.k // GROUP_SIZE[self.fmt]
+        """The scale groups per row of the outputs (padding groups included)."""
+        return self.out_k // GROUP_SIZE[self.fmt]
 
     @property
     def lead(self) -> tuple[int, ...]:
@@ -98,7 +101,7 @@ class Array:
 
     def shape(self, g: Geometry) -> tuple[int, ...]:
         if self.kind == "codes":
-            return g.lead + (g.k // 2,)
+            return g.lead + (g.out_k // 2,)
         if self.kind == "scales":
             return scales_shape(g.options["sf_layout"], g.lead, g.view.rows, g.groups)
         if self.kind in ("values", "like_main"):
@@ -128,7 +131,7 @@ class Array:
 
     def extent(self, g: Geometry) -> Extent:
         if self.kind == "codes":
-            return Extent(g.view.rows, g.k // 2, g.k // 2)
+            return Extent(g.view.rows, g.out_k // 2, g.out_k // 2)
         if self.kind in ("like_row", "like_main"):
             rows = 1 if self.kind == "like_row" else g.view.rows
             return Extent(rows, g.k, g.k * g.view.itemsize)
@@ -198,6 +201,25 @@ class Number:
         return float(rounded)
 
 
+@dataclass(frozen=True)
+class Width:
+    """A keyword option: the row width of the outputs in values, None (K) or an int ``>= K``
+    and a multiple of the format's group (vLLM's ``padded_n``); the codes and scales past K
+    are zeros. The kernels take it as the launch parameter ``out_cols``."""
+
+    name: str = "padded_k"
+    default: None = None
+    doc: str = ""
+
+    @property
+    def field(self) -> None:
+        """No kernel config field: the width is a launch parameter."""
+        return None
+
+    def check(self, value) -> None:
+        require_padded_k(value)
+
+
 class Kernels(Protocol):
     """The kernel choice of an op family."""
 
@@ -232,7 +254,7 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice | Number, ...] = ()
+    options: tuple[Choice | Number | Width, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
@@ -282,4 +304,9 @@ class Op:
         """The rules on the options and the main input, in the order of their messages."""
         values = self.option_values(options)
         view = self.main.view(main, self)
-        return Geometry(view, self.fmt, self.main.k(view), values)
+        k = self.main.k(view)
+        out_k = k
+        for option in self.options:
+            if isinstance(option, Width):
+                out_k = padded_width(values[option.name], k, GROUP_SIZE[self.fmt], "N" if self.main.halves else "K")
+        return Geometry(view, self.fmt, k, values, out_k)

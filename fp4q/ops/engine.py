@@ -58,7 +58,7 @@ class Plan:
         self.extents.update((a.name, a.extent(g)) for a in (*op.inputs, *op.outputs) if a.kind != "scalar")
         view = g.view
         # The launch values every kernel of the op may take from the plan.
-        self.fixed: dict[str, int | float] = {"rows": view.rows, "cols": g.k,
+        self.fixed: dict[str, int | float] = {"rows": view.rows, "cols": g.k, "out_cols": g.out_k,
                                               f"{op.main.name}_row_stride": view.row_stride}
         if op.tensor_scale is None:  # the kernels' by-value tensor scale, never read
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)

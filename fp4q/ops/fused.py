@@ -11,7 +11,7 @@ from __future__ import annotations
 from .arrays import INPUT_DTYPES
 from .declare import Array, Op, Rows, TensorScale
 from .global_scale import INPUT_WHAT
-from .quantize import KERNELS, MX_MODE, OUT, SF_LAYOUT
+from .quantize import KERNELS, MX_MODE, OUT, PADDED_K, SF_LAYOUT
 
 GATE_UP = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", halves=True,
                doc="bf16 (or fp16) ``(..., 2N)``: ``gate = x[..., :N]``, ``up = x[..., N:]`` (vLLM's order), "
@@ -34,7 +34,7 @@ kernel, as for ``quantize_nvfp4`` (``N`` at most 32768).""",
     tensor_scale=TensorScale(dynamic=True, per_row=True,
                              doc="``448 * 6 / amax(h)``: a float, a device float32 scalar, a device float32 "
                                  "array of one per row, ``\"dynamic\"`` or ``\"dynamic_per_row\"``"),
-    options=(SF_LAYOUT,),
+    options=(SF_LAYOUT, PADDED_K),
     outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
     kernels=KERNELS,
     call=SILU_MUL,
@@ -47,7 +47,7 @@ SILU_AND_MUL_QUANTIZE_MXFP4 = Op(
 ``(q, sf)`` of ``h``'s shape.""",
     fmt="mxfp4",
     main=GATE_UP,
-    options=(MX_MODE, SF_LAYOUT),
+    options=(MX_MODE, SF_LAYOUT, PADDED_K),
     outputs=(OUT, Array("sf_out", "scales", doc="e8m0 scale bytes in ``sf_layout``")),
     kernels=KERNELS,
     call=SILU_MUL,

@@ -19,7 +19,7 @@ from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
 from ..kernels.call import ROW_TENSOR_SF_MODES, SF_LAYOUTS, TMA_SF_LAYOUTS
 from ..numerics.formats import MX_MODES
-from .declare import DYNAMIC, Array, Choice, Op, TensorScale
+from .declare import DYNAMIC, Array, Choice, Op, TensorScale, Width
 from .global_scale import ScaleLaunch, X
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import ROW_KERNELS, alignment_obstacle
@@ -29,6 +29,8 @@ SF_LAYOUT = Choice("sf_layout", SF_LAYOUTS, "swizzled", "sf_layout",
                        '(FlashInfer\'s layout for few rows)')
 MX_MODE = Choice("mode", MX_MODES, "rceil", "mx_mode", doc='the scale exponent\'s rounding, ``"rceil"`` or '
                                                           '``"floor"``')
+PADDED_K = Width(doc="the outputs' row width in values (vLLM's ``padded_n``): ``None`` (K) or an int ``>= K``, a "
+                      "multiple of the group; codes and scales past K are zeros")
 OUT = Array("out", "codes", doc="packed e2m1 pairs, uint8 ``(..., K // 2)``: element ``2i`` in the low nibble "
                                 "of byte ``i``")
 # Two passes: global_scale writes the scale on the device, and the quantize kernel reads it there.
@@ -37,11 +39,13 @@ TWO_PASS_MODE = "pointer"
 
 def tma_obstacle(plan) -> str | None:
     """Why the TMA kernel cannot serve ``plan``'s kind of call whatever its pointers, or None."""
-    k, layout = plan.geometry.k, plan.call["sf_layout"]
-    if k % 32:
-        return f"K={k} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
+    g, layout = plan.geometry, plan.call["sf_layout"]
+    if g.k % 32:
+        return f"K={g.k} is not a multiple of 32, so a packed output row is not a multiple of 16 bytes"
     if layout not in TMA_SF_LAYOUTS:
         return f"it stores its scales as 128x4 blocks or rows, not in sf_layout={layout!r}"
+    if g.out_k != g.k:
+        return f"it writes rows of K values, not padded to padded_k={g.out_k}"
     return None
 
 
@@ -56,9 +60,10 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
             raise ValueError(f"config is a vector SimtConfig, but its 16-byte loads cannot serve this call: "
                              f"{obstacle}")
         elements = config.elements_per_unit
-        if config.vector and elements > config.sf_vec_size and k % elements:
-            raise ValueError(f"config.vector_elements={elements} quantizes {elements // config.sf_vec_size} whole "
-                             f"groups per unit: K={k} is not a multiple of {elements}")
+        for what, width in (("K", k), ("padded_k", plan.geometry.out_k)):
+            if config.vector and elements > config.sf_vec_size and width % elements:
+                raise ValueError(f"config.vector_elements={elements} quantizes {elements // config.sf_vec_size} "
+                                 f"whole groups per unit: {what}={width} is not a multiple of {elements}")
         return config.replace(**call)
     if isinstance(config, QuantizeConfig):
         obstacle = tma_obstacle(plan) or obstacle
@@ -77,7 +82,7 @@ def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
 def kernel_launch(cfg, plan, dev, slots) -> KernelLaunch:
     """The launch of quantize config ``cfg`` for ``plan``'s kind of call."""
     kernel = get_kernel(cfg.spec, dev.ordinal)
-    rows, cols = plan.view.rows, plan.geometry.k
+    rows, cols = plan.view.rows, plan.geometry.out_k
     if isinstance(cfg, QuantizeConfig):
         grid, dynamic = cfg.spec.grid.size(rows, cols, dev.sm_count, kernel.ctas_per_sm)
         return KernelLaunch(cfg, kernel, grid, slots, plan.fixed, dynamic, plan.extents)
@@ -141,8 +146,8 @@ def dynamic_launch(plan, pointers: list[int], config, dev):
             or view.rows * plan.geometry.k > FUSED_DYNAMIC_MAX_ELEMENTS):
         return two_passes
     cfg = FusedDynamicConfig(**dict(plan.call, arch=dev.arch))
-    per_row = cfg.units_per_row(plan.geometry.k)
-    work_items = cfg.work_items(view.rows, plan.geometry.k)
+    per_row = cfg.units_per_row(plan.geometry.out_k)
+    work_items = cfg.work_items(view.rows, plan.geometry.out_k)
     threads, one_cta = fused_dynamic_block(view.rows * per_row, work_items, dev.sm_count)
     cfg = cfg.replace(threads=threads)
     kernel = get_kernel(cfg.spec, dev.ordinal)
@@ -214,7 +219,7 @@ most 32768, 16-byte aligned rows and outputs, ``config=None``.""",
                              doc="``448 * 6 / amax``: a float, a device float32 scalar (shape ``()`` or "
                                  "``(1,)``), a device float32 array of one per row, ``\"dynamic\"`` or "
                                  "``\"dynamic_per_row\"``"),
-    options=(SF_LAYOUT,),
+    options=(SF_LAYOUT, PADDED_K),
     outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
     kernels=KERNELS,
 )
@@ -230,7 +235,7 @@ two ``2**e``); ``mode`` picks the exponent: ``"rceil"`` (the smallest ``e`` with
 (linear) or ``(ceil(M/8), ceil(K/128), 8, 4)`` (8x4). No tensor scale.""",
     fmt="mxfp4",
     main=X,
-    options=(MX_MODE, SF_LAYOUT),
+    options=(MX_MODE, SF_LAYOUT, PADDED_K),
     outputs=(OUT, Array("sf_out", "scales", doc="e8m0 scale bytes in ``sf_layout``")),
     kernels=KERNELS,
 )

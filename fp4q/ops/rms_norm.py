@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..kernels.rows import longest_row
 from .declare import Array, Number, Op, TensorScale
 from .global_scale import X
-from .quantize import MX_MODE, OUT, SF_LAYOUT
+from .quantize import MX_MODE, OUT, PADDED_K, SF_LAYOUT
 from .rows import ROW_KERNELS
 
 WEIGHT = Array("weight", "like_row", output=False, doc="the norm's weight ``(K,)``, in ``x``'s dtype")
@@ -35,7 +35,7 @@ def _nvfp4(name: str, inputs: tuple, prologue: str, summary: str, with_input=Non
 of ``x``'s shape, then, for ``tensor_sf="dynamic_per_row"``, each row's scale (the global
 scale of its ``h``, shape ``x.shape[:-1]``). ``x`` is read once; ``h`` never goes to
 memory. Rows of up to K = {longest_row("nvfp4")} elements.""",
-              fmt="nvfp4", main=X, inputs=inputs, tensor_scale=SCALE, options=(EPS, SF_LAYOUT),
+              fmt="nvfp4", main=X, inputs=inputs, tensor_scale=SCALE, options=(EPS, SF_LAYOUT, PADDED_K),
               outputs=(OUT, Array("sf_out", "scales", doc="e4m3 scale bytes in ``sf_layout``")),
               kernels=ROW_KERNELS, call={"prologue": prologue}, with_input=with_input)
 
@@ -44,7 +44,7 @@ def _mxfp4(name: str, inputs: tuple, prologue: str, summary: str, with_input=Non
     return Op(name=name, summary=summary,
               doc=f"""{H}, and quantized as ``quantize_mxfp4(h, mode=mode, ...)`` would: returns ``(q, sf)``
 of ``x``'s shape. Rows of up to K = {longest_row("mxfp4")} elements.""",
-              fmt="mxfp4", main=X, inputs=inputs, options=(EPS, MX_MODE, SF_LAYOUT),
+              fmt="mxfp4", main=X, inputs=inputs, options=(EPS, MX_MODE, SF_LAYOUT, PADDED_K),
               outputs=(OUT, Array("sf_out", "scales", doc="e8m0 scale bytes in ``sf_layout``")),
               kernels=ROW_KERNELS, call={"prologue": prologue}, with_input=with_input)
 

@@ -55,23 +55,26 @@ class RowKernels:
 
     def choose(self, plan, mode: str, pointers: list[int], config, arch: str) -> RowConfig:
         """The row kernel of a call: the caller's config or the fewest units per thread that
-        hold a row, with the call's fields; after the rules on K and the pointers."""
-        op, k = plan.op, plan.geometry.k
+        hold a row, with the call's fields; after the rules on the row's width (the outputs',
+        padded_k where it is given) and the pointers."""
+        op, g = plan.op, plan.geometry
+        what, width = ("padded_k", g.out_k) if g.out_k != g.k else ("K", g.k)
         normalizes = plan.call.get("prologue") in ROW_PROLOGUES
-        if k > longest_row(op.fmt):
+        if width > longest_row(op.fmt):
             why = "a row is normalized in one CTA" if normalizes else "a tensor scale per row is taken by the row " \
                                                                       "kernel, which holds a row in one CTA"
-            raise ValueError(f"K must be at most {longest_row(op.fmt)} for {op.name} ({why}), got {k}")
+            raise ValueError(f"{what} must be at most {longest_row(op.fmt)} for {op.name} ({why}), got {width}")
         obstacle = alignment_obstacle(plan, pointers)
         if obstacle is not None:
             kernel = "" if normalizes else " with a tensor scale per row"
             raise ValueError(f"{op.name} loads and stores 16 bytes at a time{kernel}: {obstacle}")
         call = dict(plan.call, tensor_sf_mode=mode, arch=arch)
         if config is None:
-            return for_row(k, **call)
+            return for_row(width, **call)
         cfg = config.replace(**call)
-        if k > cfg.max_k:
-            raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, got K={k}")
+        if width > cfg.max_k:
+            raise ValueError(f"config.row_units={cfg.row_units} holds rows of up to {cfg.max_k} elements, got "
+                             f"{what}={width}")
         return cfg
 
 

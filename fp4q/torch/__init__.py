@@ -94,14 +94,14 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
             missing += 1
     if missing == len(buffers):
         registered, sig = table[(kind, False)]
-        return registered(*inputs, *scale, *options, pdl, *((fp4_dtype,) if sig.fp4 else ()))
+        return registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype))
     if missing:
         dtypes = OUTPUTS[fp4_dtype].dtypes
         specs = fake_outputs(op, inputs, tensor_sf, options)
         buffers = tuple(torch.empty(spec.shape, dtype=dtypes[spec.role], device=inputs[0].device) if b is None else b
                         for spec, b in zip(specs, buffers))
     registered, sig = table[(kind, True)]
-    result = registered(*inputs, *scale, *buffers, *options, pdl)
+    result = registered(*sig.arguments_of(inputs, scale, buffers, options, pdl, False))
     if sig.dynamic:
         return (*buffers, result)
     return buffers[0] if len(buffers) == 1 else buffers

@@ -28,7 +28,7 @@ import torch
 from ..ops.api import ALL_OPS
 from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
 from ..ops.checks import check_operand
-from ..ops.declare import DYNAMIC, Number, Op
+from ..ops.declare import DYNAMIC, Number, Op, Width
 from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
@@ -99,9 +99,12 @@ def schema_name(choice) -> str:
 
 
 def schema_option(option) -> str:
-    """An option's schema argument, with its default: a float for a number, else a str."""
+    """An option's schema argument, with its default: a float for a number, an optional int
+    for a width, else a str."""
     if isinstance(option, Number):  # 17 significant digits, as torch prints a schema's float
         return f"float {option.name}={option.default:.17g}"
+    if isinstance(option, Width):
+        return f"int? {option.name}=None"
     return f'str {schema_name(option)}="{option.default}"'
 
 
@@ -113,7 +116,9 @@ class Signature:
     """The schema arguments of one registered op and where each sits among a call's
     arguments: ``scale`` (the tensor scale's schema type, or None), ``outs`` (mutated
     outputs), ``dynamic`` (the string ``tensor_sf`` whose scale is computed and returned, after
-    the outputs: ``"dynamic"`` or ``"dynamic_per_row"``; None)."""
+    the outputs: ``"dynamic"`` or ``"dynamic_per_row"``; None). The options come before
+    ``pdl``, except a width (``padded_k``), which comes last, after ``fp4_dtype``: a call that
+    passes ``pdl`` by position keeps its meaning."""
 
     def __init__(self, op: Op, scale: str | None, outs: bool, dynamic: str | None) -> None:
         self.op, self.outs, self.dynamic = op, outs, dynamic
@@ -126,13 +131,19 @@ class Signature:
         self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
         if outs:
             args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
-        args += [schema_option(c) for c in op.options]
+        self.lead = sum(1 for c in op.options if not isinstance(c, Width))
+        lead, tail = op.options[:self.lead], op.options[self.lead:]
+        if any(not isinstance(c, Width) for c in tail):
+            raise TypeError(f"{op.name}: a width option must come after the other options")
+        args += [schema_option(c) for c in lead]
         args.append("bool pdl=True")
         if self.fp4:
             args.append("bool fp4_dtype=False")
+        args += [schema_option(c) for c in tail]
         self.arguments = ", ".join(args)
         # The trailing arguments' defaults: torch leaves out those a call gave as their defaults.
-        self.defaults = (*(c.default for c in op.options), True, *((False,) if self.fp4 else ()))
+        self.defaults = (*(c.default for c in lead), True, *((False,) if self.fp4 else ()),
+                         *(c.default for c in tail))
         self.required = len(args) - len(self.defaults)
         self.inputs = 1 + len(op.inputs)
         self.has_scale = scale is not None
@@ -149,11 +160,17 @@ class Signature:
         i += self.has_scale
         buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
         i += self.out_count
-        options = args[i:i + len(self.op.options)]
-        i += len(self.op.options)
+        options = args[i:i + self.lead]
+        i += self.lead
         pdl = args[i]
         fp4_dtype = args[i + 1] if self.fp4 else False
+        options += args[i + 1 + self.fp4:]
         return inputs, tensor_sf, options, buffers, pdl, fp4_dtype
+
+    def arguments_of(self, inputs: tuple, scale: tuple, buffers: tuple, options: tuple, pdl, fp4_dtype) -> tuple:
+        """A call's arguments in the schema's order (``split`` takes them apart)."""
+        return (*inputs, *scale, *buffers, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
+                *options[self.lead:])
 
     def kernel(self):
         call, split = runner(self.op), self.split

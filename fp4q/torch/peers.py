@@ -91,25 +91,41 @@ def _global_scale(t, name: str, rows: int | None = None):
 
 
 # ------------------------------------------------------------------------------------- vLLM
-def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True):
+# vLLM hands scaled_fp4_quant calls of at most this many rows with a "trtllm" backend to FlashInfer's 8x4 layout.
+VLLM_8X4_MAX_ROWS = 32
+
+
+def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True, backend="none", padded_n=None):
     """vLLM's ``scaled_fp4_quant`` contract on fp4q's kernels.
 
     ``input`` (bf16 or fp16, last dimension ``n`` a multiple of 16, any
     leading dimensions; 1-D is one row) is flattened to ``[m, n]``;
-    ``input_global_scale`` is the float32 CUDA tensor ``448 * 6 / amax``.
-    Returns ``(q, scale)``: ``q`` uint8 ``[m, n // 2]``; ``scale``
-    float8_e4m3fn, ``[round_up(m, 128), round_up(n // 16, 4)]`` holding the
-    swizzled 128x4 layout (the same bytes as fp4q's 5-D swizzled scales) or
-    ``[m, n // 16]`` linear. The bits are the spec's, which can differ from
-    vLLM's CUDA kernel (docs/torch.md).
+    ``input_global_scale`` is the float32 CUDA tensor ``448 * 6 / amax``;
+    ``padded_n`` (None or an int ``>= n``, a multiple of 16) is the outputs'
+    row width ``p``, their columns past ``n`` zeros. Returns ``(q, scale)``:
+    ``q`` uint8 ``[m, p // 2]``; ``scale`` float8_e4m3fn, ``[round_up(m,
+    128), round_up(p // 16, 4)]`` holding the swizzled 128x4 layout (the same
+    bytes as fp4q's 5-D swizzled scales) or ``[m, p // 16]`` linear; with a
+    ``backend`` naming ``"trtllm"`` and at most 32 rows, FlashInfer's 8x4
+    layout ``[round_up(m, 8), round_up(n // 16, 4)]`` (no padding). The bits
+    are the spec's, which can differ from vLLM's CUDA kernel (docs/torch.md).
     """
     _require_input(input, "input", 1)  # K's rule is the op's, with its message
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
     rows = input.reshape(-1, input.shape[-1])
-    layout = "swizzled" if is_sf_swizzled_layout else "linear"
+    if "trtllm" in backend and rows.shape[0] <= VLLM_8X4_MAX_ROWS:
+        if padded_n is not None and padded_n != rows.shape[1]:
+            raise ValueError(f"padded_n must be None or n = {rows.shape[1]} with the 8x4 layout (backend "
+                             f"{backend!r} with at most {VLLM_8X4_MAX_ROWS} rows), got {padded_n!r}")
+        layout = "8x4"
+    else:
+        layout = "swizzled" if is_sf_swizzled_layout else "linear"
     op = ops.quantize_nvfp4.Tensor if isinstance(input_global_scale, torch.Tensor) else ops.quantize_nvfp4.default
-    q, sf = op(rows, input_global_scale, layout, True, False)
-    if is_sf_swizzled_layout:
-        sf = _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
+    q, sf = op(rows, input_global_scale, layout, True, False, padded_n)
+    if layout != "linear":
+        tile_rows, tile_groups = SF_TILE[layout]
+        sf = _bytes_as(sf, sf.shape[0] * tile_rows, sf.shape[1] * tile_groups)
     return q, sf
 
 

@@ -19,7 +19,7 @@
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS_PER_SM)
 fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __restrict__ out,
                           u8* __restrict__ sf_out, float* __restrict__ tensor_sf_out, i32 rows, i32 cols,
-                          u32 unit_magic, u32 unit_shift, u32* __restrict__ tickets) {
+                          i32 out_cols, u32 unit_magic, u32 unit_shift, u32* __restrict__ tickets) {
     const int groups = cols / SF_VEC;
     using Steps = Prologue<PROLOGUE, GlobalRows>;
     using Load = typename Steps::Load;
@@ -29,7 +29,7 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
     bool live;
     UnitWords<Load> w;
     // The previous kernel may write x, still read out, sf_out or tensor_sf_out, and use the counter.
-    const RowWalk first = load_first_unit(load, transform, rows, cols, unit_magic, unit_shift,
+    const RowWalk first = load_first_unit(load, transform, rows, cols, out_cols, unit_magic, unit_shift,
                                           [] { pdl_wait(); }, live, w);
     float amax = amax_packed(w[0]);
     RowWalk unit = first;
@@ -44,9 +44,9 @@ fp4q_quantize_fp4_dynamic(const u16* __restrict__ x, i64 x_row_stride, u8* __res
     pdl_launch_dependents();
     const float tensor_sf = global_scale_of_amax(amax_bits);
     if (blockIdx.x == 0 && threadIdx.x == 0) *tensor_sf_out = tensor_sf;
-    store.padding(rows, groups);
+    store.padding(rows, cols, out_cols);
     // Built in value mode (FP4Q_TENSOR_SF_BY_POINTER false): the scale and its reciprocal as every kernel takes them.
-    quantize_units(load, transform, RoundToNearest{tensor_scale(tensor_sf, nullptr)}, store, rows, cols, first, live,
-                   w);
+    quantize_units(load, transform, RoundToNearest{tensor_scale(tensor_sf, nullptr)}, store, rows, cols, out_cols,
+                   first, live, w);
     barrier.leave(tickets);
 }

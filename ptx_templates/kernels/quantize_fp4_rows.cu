@@ -20,8 +20,9 @@
 //   scale      the row's tensor scale: the launch's, the row's float32, or
 //              the global scale of the row's amax (NaN ignored), written out
 //   quantize   RoundToNearest, the other kernels' step
-//   store      RowwiseStore (vector_quantize.cuh): codes, scale bytes,
-//              zeros for a tiled layout's padding groups and rows
+//   store      RowwiseStore (vector_quantize.cuh) into output rows of
+//              out_cols values: codes, scale bytes, zeros past x's row
+//              (padded_k) and for a tiled layout's padding groups and rows
 //
 // Needs x's rows, weight, residual, out and a tiled sf_out 16-byte
 // aligned (the host's rule).
@@ -160,14 +161,14 @@ FP4Q_DEVICE u32 row_amax_bits(const u32 (&h)[ROW_UNITS][WORDS], u32 (&maxima)[WA
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, ROW_MIN_CTAS)
 fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
                        u8* __restrict__ out, u8* __restrict__ sf_out, i64 x_row_stride, i32 rows, i32 cols,
-                       float eps, float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
+                       i32 out_cols, float eps, float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
     __shared__ float partial[2][ROW_UNITS][WARPS];
     __shared__ u32 maxima[2][WARPS];
     simt_quantize_prologue();
     const RowwiseStore store{out, sf_out};
-    store.padding(rows, cols / SF_VEC);
+    store.padding(rows, cols, out_cols);
     const int units = cols / SF_VEC;
-    const int domain_units = sf_domain_groups(units);
+    const int domain_units = sf_domain_groups(out_cols / SF_VEC);
     const TensorScale launch_scale = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     int parity = 0;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
@@ -188,7 +189,7 @@ fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight
         for (int s = 0; s < ROW_UNITS; ++s) {
             const RowUnit unit{row, slot_unit(s)};
             if (unit.col >= domain_units) continue;
-            store(unit, unit.col < units, rows, cols, quantize(h[s]));
+            store(unit, unit.col < units, rows, out_cols, quantize(h[s]));
         }
     }
 }

@@ -26,11 +26,13 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     const typename Steps::Transform transform{};
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
+    const int out_groups = out_cols / SF_VEC;
     const i64 domain_rows = sf_domain_rows(rows);
-    const Divisor per_row{static_cast<u32>(sf_domain_groups(groups)), unit_magic, unit_shift};
+    const Divisor per_row{static_cast<u32>(sf_domain_groups(out_groups)), unit_magic, unit_shift};
     for (RowWalk unit(grid_thread(), grid_threads(), per_row); unit.row < domain_rows; unit.advance()) {
         const i64 m = unit.row;
         const int j = unit.col;
+        u8* dst = out + m * (out_cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
         u32 sf_byte = 0;
         if (m < rows && j < groups) {
             u32 in[load.READS][WORDS];
@@ -45,14 +47,16 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
             const u32(&w)[WORDS] = in[0];
             float inv;
             sf_byte = group_scale_byte<SF_VEC>(amax_packed(w), tsf.value, tsf.rcp, inv);
-            u8* dst = out + m * (cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
 #pragma unroll
             for (int word = 0; word < WORDS / 4; ++word) {
                 const u32 codes = quantize_e2m1x8(w[4 * word], w[4 * word + 1], w[4 * word + 2], w[4 * word + 3], inv);
 #pragma unroll
                 for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
             }
+        } else if (m < rows && j < out_groups) {  // the padding columns of a row
+#pragma unroll
+            for (int b = 0; b < SF_VEC / 2; ++b) dst[b] = 0;
         }
-        sf_out[sf_index(m, j, groups)] = static_cast<u8>(sf_byte);
+        sf_out[sf_index(m, j, out_groups)] = static_cast<u8>(sf_byte);
     }
 }

@@ -14,5 +14,6 @@ fp4q_quantize_fp4_vector(FP4Q_SIMT_QUANTIZE_PARAMS) {
     using Steps = Prologue<PROLOGUE, GlobalRows>;
     quantize_vector(typename Steps::Load{{x, x_row_stride}}, typename Steps::Transform{},
                     [&] { return RoundToNearest{tensor_scale(tensor_sf_value, tensor_sf_ptr)}; },
-                    RowwiseStore{out, sf_out}, rows, cols, unit_magic, unit_shift, [] { simt_quantize_prologue(); });
+                    RowwiseStore{out, sf_out}, rows, cols, out_cols, unit_magic, unit_shift,
+                    [] { simt_quantize_prologue(); });
 }

@@ -48,6 +48,20 @@ FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups)
     }
 }
 
+// Zero codes in each row's columns from `cols` to `out_cols` (padded_k),
+// 8 bytes (16 values) at a time, the grid sharing them out; nothing where
+// the outputs are not padded. The walk's units past x's row store scales
+// only, so that no unit pays for a padding branch.
+FP4Q_DEVICE void write_padding_codes(u8* __restrict__ q, i32 rows, i32 cols, i32 out_cols) {
+    if (out_cols == cols) return;
+    const u32 words = static_cast<u32>(out_cols - cols) / 16;
+    const u64 total = static_cast<u64>(rows) * words;
+    for (u64 i = grid_thread(); i < total; i += grid_threads()) {
+        const u64 row = i / words;
+        st_global_v2(q + row * static_cast<u32>(out_cols / 2) + cols / 2 + 8 * (i - row * words), 0u, 0u);
+    }
+}
+
 // The units of a row are VEC_ELEMS elements each, over the scale domain's
 // groups: unit (row, col) starts in group unit_group(col).
 FP4Q_DEVICE int unit_group(int col) { return col / THREADS_PER_GROUP * UNIT_GROUPS; }
@@ -58,15 +72,19 @@ FP4Q_DEVICE bool unit_live(const RowWalk& unit, i32 rows, int groups) {
     return unit.row < rows && unit_group(unit.col) < groups;
 }
 
-// The store step: a unit's codes in one 4- to 16-byte store, its groups'
-// scale bytes at their place in the layout (a dead unit of the scale
-// domain, a padding group, gets zero scales); `padding` writes the padding
-// rows' scales (write_padding_scales).
+// The store step, into output rows of `cols` values: a unit's codes in one
+// 4- to 16-byte store, its groups' scale bytes at their place in the layout
+// (a dead unit, past x's row or in the scale domain's padding groups, gets
+// zero scales); `padding` writes the padding rows' scales and the codes
+// past x's row (write_padding_scales, write_padding_codes).
 struct RowwiseStore {
     u8* q;
     u8* sf;
 
-    FP4Q_DEVICE void padding(i32 rows, int groups) const { write_padding_scales(sf, rows, groups); }
+    FP4Q_DEVICE void padding(i32 rows, i32 cols, i32 out_cols) const {
+        write_padding_scales(sf, rows, out_cols / SF_VEC);
+        write_padding_codes(q, rows, cols, out_cols);
+    }
 
     // unit: a RowWalk, or any (row, col) pair of a unit.
     template <typename Unit>
@@ -125,16 +143,17 @@ FP4Q_DEVICE void load_unit(const Load& load, const Transform& transform, const R
 }
 
 // This thread's first unit in the walk that quantize_units takes, loaded
-// and transformed into w (`live`: unit_live of it). unit_magic and
-// unit_shift divide by the units per row (the host's
+// and transformed into w (`live`: unit_live of it). The walk covers the
+// scale domain of output rows of out_cols values; unit_magic and
+// unit_shift divide by its units per row (the host's
 // SimtConfig.units_per_row). `prologue()` runs before the load, once the
 // indices are known.
 template <typename Load, typename Transform, typename Prologue>
-FP4Q_DEVICE RowWalk load_first_unit(const Load& load, const Transform& transform, i32 rows, i32 cols,
+FP4Q_DEVICE RowWalk load_first_unit(const Load& load, const Transform& transform, i32 rows, i32 cols, i32 out_cols,
                                     u32 unit_magic, u32 unit_shift, Prologue prologue, bool& live,
                                     UnitWords<Load>& w) {
     const int groups = cols / SF_VEC;
-    const Divisor per_row{static_cast<u32>(units_per_row(groups)), unit_magic, unit_shift};
+    const Divisor per_row{static_cast<u32>(units_per_row(out_cols / SF_VEC)), unit_magic, unit_shift};
     const RowWalk unit(grid_thread(), grid_threads(), per_row);
     prologue();
     live = unit_live(unit, rows, groups);
@@ -143,11 +162,11 @@ FP4Q_DEVICE RowWalk load_first_unit(const Load& load, const Transform& transform
 }
 
 // Quantizes and stores this thread's units, from `unit` on, whose words
-// are in w, transformed (`live`: unit_live of it); the later units are
-// loaded and transformed here.
+// are in w, transformed (`live`: unit_live of it), into output rows of
+// out_cols values; the later units are loaded and transformed here.
 template <typename Load, typename Transform, typename Quantize, typename Store>
 FP4Q_DEVICE void quantize_units(const Load& load, const Transform& transform, const Quantize& quantize,
-                                const Store& store, i32 rows, i32 cols, RowWalk unit, bool live,
+                                const Store& store, i32 rows, i32 cols, i32 out_cols, RowWalk unit, bool live,
                                 UnitWords<Load>& w) {
     const int groups = cols / SF_VEC;
     // Where the grid has a thread for every unit (up to about one wave of
@@ -165,7 +184,7 @@ FP4Q_DEVICE void quantize_units(const Load& load, const Transform& transform, co
             }
             return amax;
         });
-        store(unit, live, rows, cols, out);
+        store(unit, live, rows, out_cols, out);
         if (one_pass) break;
         unit.advance();
         live = unit_live(unit, rows, groups);
@@ -180,11 +199,12 @@ FP4Q_DEVICE void quantize_units(const Load& load, const Transform& transform, co
 // load then overlap the loads of x instead of following them.
 template <typename Load, typename Transform, typename MakeQuantize, typename Store, typename Prologue>
 FP4Q_DEVICE void quantize_vector(const Load& load, const Transform& transform, MakeQuantize make_quantize,
-                                 const Store& store, i32 rows, i32 cols, u32 unit_magic, u32 unit_shift,
-                                 Prologue prologue) {
+                                 const Store& store, i32 rows, i32 cols, i32 out_cols, u32 unit_magic,
+                                 u32 unit_shift, Prologue prologue) {
     bool live;
     UnitWords<Load> w;
-    const RowWalk unit = load_first_unit(load, transform, rows, cols, unit_magic, unit_shift, prologue, live, w);
-    store.padding(rows, cols / SF_VEC);
-    quantize_units(load, transform, make_quantize(), store, rows, cols, unit, live, w);
+    const RowWalk unit =
+        load_first_unit(load, transform, rows, cols, out_cols, unit_magic, unit_shift, prologue, live, w);
+    store.padding(rows, cols, out_cols);
+    quantize_units(load, transform, make_quantize(), store, rows, cols, out_cols, unit, live, w);
 }

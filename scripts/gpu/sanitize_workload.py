@@ -2,7 +2,9 @@
 (NVFP4 and MXFP4; TMA, vector and plain kernels) on ragged shapes, both
 scale layouts, both tensor_sf modes (NVFP4), then every shipped dequantize
 config on both formats, then a shape with more TMA tiles than CTAs (the
-dynamic tile order); each result checked against the reference. With
+dynamic tile order), the global scale, the fused prologues, the row kernel,
+tensor scales per row, the 8x4 layout and padded outputs; each result
+checked against the reference. With
 ``--emulate-sm80`` the device is mapped to the pre-Hopper test target
 (sm_80's kernels and choices, compiled for sm_90a), so the code an A100
 would run is the code under the sanitizers: the SIMT quantizers and
@@ -102,6 +104,7 @@ def main() -> int:
     failures += prologue_pass(rng, start, args.emulate_sm80)
     failures += rows_pass(rng, start)
     failures += per_row_pass(rng, start)
+    failures += layouts_and_padding_pass(rng, start, dequantize_configs)
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
@@ -282,6 +285,61 @@ def per_row_pass(rng, start: float) -> int:
                         mode = tensor_sf if isinstance(tensor_sf, str) else "array"
                         print(f"MISMATCH per-row {op} u{units} {m}x{k} {mode}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  tensor scales per row", flush=True)
+    return failures
+
+
+def layouts_and_padding_pass(rng, start: float, dequantize_configs: dict) -> int:
+    """The 8x4 layout and outputs padded past K (padded_k), into 0xFF-filled outputs: every SIMT
+    and vector config and the default call, the one-launch dynamic quantizer, the row kernel
+    (a scale per row, RMSNorm); then every dequantize config reading 8x4 scales."""
+    def bf16(*shape):
+        return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+    failures = 0
+
+    def check(what, got, want):
+        nonlocal failures
+        if not all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want)):
+            failures += 1
+            print(f"MISMATCH {what}", flush=True)
+
+    def filled(want):
+        return dict(out=cp.full(want[0].shape, 0xFF, dtype=cp.uint8), sf_out=cp.full(want[1].shape, 0xFF,
+                                                                                      dtype=cp.uint8))
+
+    configs = {"default call": None, **{n: c for n, c in SIMT.items() if c.fmt == "nvfp4"}}
+    for m, k in SIMT_SHAPES:
+        x = bf16(m, k)
+        padded = -(-k // 64) * 64 + 64
+        for layout, padded_k in (("8x4", None), ("swizzled", padded), ("8x4", padded)):
+            want = reference.quantize_nvfp4(x, 0.75, sf_layout=layout, padded_k=padded_k)
+            for name, cfg in configs.items():
+                if cfg is not None and cfg.vector and cfg.elements_per_unit > 16 and k % cfg.elements_per_unit:
+                    continue
+                got = fp4q.quantize_nvfp4(cp.asarray(x), 0.75, sf_layout=layout, padded_k=padded_k, config=cfg,
+                                          **filled(want))
+                check(f"{name} {m}x{k} {layout} padded_k={padded_k}", got, want)
+            want = reference.quantize_nvfp4(x, reference.global_scale(x), sf_layout=layout, padded_k=padded_k)
+            got = fp4q.quantize_nvfp4(cp.asarray(x), "dynamic", sf_layout=layout, padded_k=padded_k, **filled(want))
+            check(f"dynamic {m}x{k} {layout} padded_k={padded_k}", got[:2], want)
+            want = reference.quantize_nvfp4(x, "dynamic_per_row", sf_layout=layout, padded_k=padded_k)
+            got = fp4q.quantize_nvfp4(cp.asarray(x), "dynamic_per_row", sf_layout=layout, padded_k=padded_k,
+                                      **filled(want))
+            check(f"per-row {m}x{k} {layout} padded_k={padded_k}", got, want)
+            w = bf16(k)
+            want = reference.rms_norm_quantize_nvfp4(x, w, 0.75, sf_layout=layout, padded_k=padded_k)
+            got = fp4q.rms_norm_quantize_nvfp4(cp.asarray(x), cp.asarray(w), 0.75, sf_layout=layout,
+                                               padded_k=padded_k, **filled(want))
+            check(f"rms_norm {m}x{k} {layout} padded_k={padded_k}", got, want)
+        if (m, k) not in SHAPES:  # the rows every dequantize config (TMA too) addresses
+            continue
+        q, sf = reference.quantize_nvfp4(x, 0.75, sf_layout="8x4")
+        y_ref = reference.dequantize_nvfp4(q, sf, 0.75, sf_layout="8x4", dtype="bfloat16").view(np.uint16)
+        for name, cfg in dequantize_configs.items():
+            out = cp.full((m, k), 0xFFFF, dtype=cp.uint16)
+            fp4q.dequantize_nvfp4(cp.asarray(q), cp.asarray(sf), 0.75, sf_layout="8x4", out=out, config=cfg)
+            check(f"dequantize {name} {m}x{k} 8x4", (out,), (y_ref,))
+    print(f"{time.perf_counter() - start:7.1f}s  the 8x4 layout and padded outputs", flush=True)
     return failures
 
 
