@@ -79,6 +79,15 @@ def assert_bytes_equal(got, want, what: str) -> None:
         raise AssertionError(f"{what}: {len(bad)} of {got.size} bytes differ; first {details}")
 
 
+def assert_outputs_equal(cp, got, want, what: str) -> None:
+    """An op's device outputs (q, sf and, where returned, the computed scale) hold the
+    reference's bits, after the stream's work is done."""
+    cp.cuda.get_current_stream().synchronize()
+    assert len(got) == len(want), what
+    for name, g, w in zip(("q", "sf", "scale"), got, want):
+        assert_bytes_equal(cp.asnumpy(g), w, f"{name} {what}")
+
+
 def _as_bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.itemsize}") if a.dtype.kind in "fV" else a  # V: ml_dtypes bfloat16
 

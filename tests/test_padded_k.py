@@ -21,7 +21,7 @@ from fp4q.kernels.variants import SIMT
 from fp4q.numerics import reference
 
 import fakes
-from helpers import assert_bytes_equal, random_bf16
+from helpers import assert_bytes_equal, assert_outputs_equal, random_bf16
 from test_per_row import inputs, row_scales
 
 gpu = pytest.mark.gpu
@@ -44,13 +44,6 @@ def filled_outputs(cp, m: int, padded: int, layout: str, fmt: str = "nvfp4") -> 
                 sf_out=cp.full(sf_shape(layout, m, padded, fmt), 0xFF, cp.uint8))
 
 
-def check_outputs(cp, got, want, what: str) -> None:
-    cp.cuda.get_current_stream().synchronize()
-    assert len(got) == len(want), what
-    for name, g, w in zip(("q", "sf", "scale"), got, want):
-        assert_bytes_equal(cp.asnumpy(g), w, f"{name} {what}")
-
-
 # ---------------------------------------------------------------- on the GPU
 @gpu
 @pytest.mark.parametrize("k, padded", WIDTHS)
@@ -69,7 +62,7 @@ def test_quantize_nvfp4_every_kernel(k, padded, layout, config):
         got = fp4q.quantize_nvfp4(cp.asarray(x), float(tsf), sf_layout=layout, padded_k=padded, config=cfg,
                                   **filled_outputs(cp, m, padded, layout))
         want = reference.quantize_nvfp4(x, tsf, sf_layout=layout, padded_k=padded)
-        check_outputs(cp, got, want, f"{m}x{k} -> {padded} {layout} {config}")
+        assert_outputs_equal(cp, got, want, f"{m}x{k} -> {padded} {layout} {config}")
 
 
 @gpu
@@ -85,7 +78,7 @@ def test_padding_is_zero_under_any_tensor_scale(tensor_sf):
             got = fp4q.quantize_nvfp4(cp.asarray(x), cp.asarray(tensor_sf), sf_layout=layout, padded_k=160,
                                       config=config, **filled_outputs(cp, 40, 160, layout))
             want = reference.quantize_nvfp4(x, tensor_sf, sf_layout=layout, padded_k=160)
-            check_outputs(cp, got, want, f"tensor_sf {tensor_sf} {layout} {config}")
+            assert_outputs_equal(cp, got, want, f"tensor_sf {tensor_sf} {layout} {config}")
 
 
 @gpu
@@ -101,7 +94,7 @@ def test_quantize_mxfp4(layout, mode):
             got = fp4q.quantize_mxfp4(cp.asarray(x), mode, sf_layout=layout, padded_k=padded, config=config,
                                       **filled_outputs(cp, m, padded, layout, "mxfp4"))
             want = reference.quantize_mxfp4(x, mode, sf_layout=layout, padded_k=padded)
-            check_outputs(cp, got, want, f"mxfp4 {m}x{k} -> {padded} {layout} {config}")
+            assert_outputs_equal(cp, got, want, f"mxfp4 {m}x{k} -> {padded} {layout} {config}")
 
 
 @gpu
@@ -116,7 +109,7 @@ def test_dynamic_tensor_scale_both_paths(m):
     for config in (None, SimtConfig(vector=True)):
         got = fp4q.quantize_nvfp4(cp.asarray(x), "dynamic", padded_k=1088, config=config,
                                   **filled_outputs(cp, m, 1088, "swizzled"))
-        check_outputs(cp, got[:2], want, f"dynamic {m} rows, config {config}")
+        assert_outputs_equal(cp, got[:2], want, f"dynamic {m} rows, config {config}")
         assert_bytes_equal(cp.asnumpy(got[2]), np.float32(reference.global_scale(x)), "the dynamic scale")
 
 
@@ -148,7 +141,7 @@ def test_fused_ops_and_scales_per_row(op, layout):
             want = reference.rms_norm_quantize_nvfp4(x, w, tsf, residual=want_res, sf_layout=layout,
                                                      padded_k=padded)
         what = f"{op} {layout} {tsf if isinstance(tsf, str) else type(tsf).__name__}"
-        check_outputs(cp, got, want, what)
+        assert_outputs_equal(cp, got, want, what)
         if residual is not None:
             assert_bytes_equal(cp.asnumpy(residual), want_res, f"residual {what}")
 
@@ -162,12 +155,12 @@ def test_mxfp4_fused_ops_and_a_row_config():
     w = random_bf16((1056,), rng)
     got = fp4q.silu_and_mul_quantize_mxfp4(cp.asarray(x), padded_k=1152, **filled_outputs(cp, 9, 1152, "swizzled",
                                                                                              "mxfp4"))
-    check_outputs(cp, got, reference.silu_and_mul_quantize_mxfp4(x, padded_k=1152), "silu_and_mul mxfp4")
+    assert_outputs_equal(cp, got, reference.silu_and_mul_quantize_mxfp4(x, padded_k=1152), "silu_and_mul mxfp4")
     for units in (1, 2, 4):
         got = fp4q.rms_norm_quantize_mxfp4(cp.asarray(x[:, :1056]), cp.asarray(w), padded_k=1152,
                                            config=RowConfig(fmt="mxfp4", row_units=units),
                                            **filled_outputs(cp, 9, 1152, "swizzled", "mxfp4"))
-        check_outputs(cp, got, reference.rms_norm_quantize_mxfp4(x[:, :1056], w, padded_k=1152), f"rms u{units}")
+        assert_outputs_equal(cp, got, reference.rms_norm_quantize_mxfp4(x[:, :1056], w, padded_k=1152), f"rms u{units}")
 
 
 @gpu

@@ -23,7 +23,7 @@ from fp4q.kernels.variants import SIMT
 from fp4q.numerics import reference
 
 import fakes
-from helpers import assert_bytes_equal, random_bf16
+from helpers import assert_bytes_equal, assert_outputs_equal, random_bf16
 from test_per_row import inputs, row_scales
 
 gpu = pytest.mark.gpu
@@ -35,13 +35,6 @@ KS = [16, 48, 64, 80, 2176]
 
 def filled(cp, shape, dtype=np.uint8):
     return cp.full(shape, 0xFF, dtype)
-
-
-def check_outputs(cp, got, want, what: str) -> None:
-    cp.cuda.get_current_stream().synchronize()
-    assert len(got) == len(want), what
-    for name, g, w in zip(("q", "sf", "scale"), got, want):
-        assert_bytes_equal(cp.asnumpy(g), w, f"{name} {what}")
 
 
 # ---------------------------------------------------------------- on the GPU
@@ -60,7 +53,7 @@ def test_quantize_nvfp4_every_kernel(m, k, config):
     tsf = reference.global_scale(x)
     q, sf = filled(cp, (m, k // 2)), filled(cp, fp4q.sf_8x4_shape(m, k))
     got = fp4q.quantize_nvfp4(cp.asarray(x), float(tsf), sf_layout="8x4", out=q, sf_out=sf, config=cfg)
-    check_outputs(cp, got, reference.quantize_nvfp4(x, tsf, sf_layout="8x4"), f"{m}x{k} {config}")
+    assert_outputs_equal(cp, got, reference.quantize_nvfp4(x, tsf, sf_layout="8x4"), f"{m}x{k} {config}")
 
 
 @gpu
@@ -76,7 +69,7 @@ def test_quantize_mxfp4_every_kernel(m, config, mode):
         q, sf = filled(cp, (m, k // 2)), filled(cp, fp4q.sf_8x4_shape(m, k, "mxfp4"))
         got = fp4q.quantize_mxfp4(cp.asarray(x), mode, sf_layout="8x4", out=q, sf_out=sf,
                                   config=None if config is None else SIMT[config])
-        check_outputs(cp, got, reference.quantize_mxfp4(x, mode, sf_layout="8x4"), f"{m}x{k} {config} {mode}")
+        assert_outputs_equal(cp, got, reference.quantize_mxfp4(x, mode, sf_layout="8x4"), f"{m}x{k} {config} {mode}")
 
 
 @gpu
@@ -89,9 +82,9 @@ def test_dynamic_tensor_scale_both_paths(m):
     want = reference.quantize_nvfp4(x, reference.global_scale(x), sf_layout="8x4")
     # One launch (no config), and global_scale's two passes before the vector kernel (a config).
     for config in (None, SimtConfig(vector=True)):
-        got = fp4q.quantize_nvfp4(cp.asarray(x), "dynamic", sf_layout="8x4", sf_out=filled(cp, fp4q.sf_8x4_shape(m, 2176)),
-                                  config=config)
-        check_outputs(cp, got[:2], want, f"dynamic {m} rows, config {config}")
+        got = fp4q.quantize_nvfp4(cp.asarray(x), "dynamic", sf_layout="8x4",
+                                  sf_out=filled(cp, fp4q.sf_8x4_shape(m, 2176)), config=config)
+        assert_outputs_equal(cp, got[:2], want, f"dynamic {m} rows, config {config}")
         assert_bytes_equal(cp.asnumpy(got[2]), np.float32(reference.global_scale(x)), "the dynamic scale")
 
 
@@ -122,7 +115,7 @@ def test_fused_ops_and_scales_per_row(op, dtype, m):
             got = fp4q.rms_norm_quantize_nvfp4(cp.asarray(x), cp.asarray(w), dev_tsf, residual=residual, **out)
             want = reference.rms_norm_quantize_nvfp4(x, w, tsf, residual=want_res, sf_layout="8x4")
         what = f"{op} {m}x{k} {np.dtype(dtype)} {tsf if isinstance(tsf, str) else type(tsf).__name__}"
-        check_outputs(cp, got, want, what)
+        assert_outputs_equal(cp, got, want, what)
         if residual is not None:
             assert_bytes_equal(cp.asnumpy(residual), want_res, f"residual {what}")
 
@@ -137,10 +130,11 @@ def test_mxfp4_fused_ops(m):
     w = random_bf16((1056,), rng)
     shape = fp4q.sf_8x4_shape(m, 1056, "mxfp4")
     got = fp4q.silu_and_mul_quantize_mxfp4(cp.asarray(x), sf_layout="8x4", sf_out=filled(cp, shape))
-    check_outputs(cp, got, reference.silu_and_mul_quantize_mxfp4(x, sf_layout="8x4"), f"silu_and_mul mxfp4 {m}")
+    assert_outputs_equal(cp, got, reference.silu_and_mul_quantize_mxfp4(x, sf_layout="8x4"), f"silu_and_mul mxfp4 {m}")
     got = fp4q.rms_norm_quantize_mxfp4(cp.asarray(x[:, :1056]), cp.asarray(w), sf_layout="8x4",
                                        sf_out=filled(cp, shape))
-    check_outputs(cp, got, reference.rms_norm_quantize_mxfp4(x[:, :1056], w, sf_layout="8x4"), f"rms_norm mxfp4 {m}")
+    want = reference.rms_norm_quantize_mxfp4(x[:, :1056], w, sf_layout="8x4")
+    assert_outputs_equal(cp, got, want, f"rms_norm mxfp4 {m}")
 
 
 @gpu
