@@ -68,6 +68,7 @@ def test_fp4_quantize_8x4_shapes(fake, shape, swizzled):
 
 @pytest.mark.parametrize("layout, want", [(peers.SfLayout.layout_128x4, (384, 8)), (2, (300, 8)),
                                           (peers.SfLayout.layout_8x4, (304, 8))])
+
 def test_nvfp4_quantize_shapes(fake, layout, want):
     q, sf = peers.nvfp4_quantize(fake_cuda((300, 128)), fake_cuda((1,), torch.float32), layout)
     assert meta(q) == ((300, 64), torch.uint8) and meta(sf) == (want, torch.uint8)
@@ -109,8 +110,8 @@ def test_silu_and_mul_nvfp4_quant_takes_vllms_buffers(fake, scale_dtype):
      "input must be row-major"),
     (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), 7), ValueError,
      "sfLayout must be one of ['layout_128x4', 'layout_8x4', 'layout_linear'] (or 0, 1, 2), got 7"),
-    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), per_token_activation=True),
-     ValueError, "per_token_activation=True (per-token scales) is not computed by fp4q yet"),
+    (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((4,), torch.float32), per_token_activation=True),
+     ValueError, "a_global_sf must be a tensor of one element with per_token_activation=True, got (4,)"),
     (lambda: peers.nvfp4_quantize(fake_cuda((4, 64)), fake_cuda((1,), torch.float32), do_shuffle=True),
      ValueError, "do_shuffle=True"),
     (lambda: peers.silu_and_mul_nvfp4_quantize(fake_cuda((4, 65)), fake_cuda((1,), torch.float32)), ValueError,
@@ -160,6 +161,28 @@ def test_fp4_quantize_bytes(swizzled):
     want_q, want_sf = reference.quantize_mxfp4(bits, mode="rceil", sf_layout=layout)
     assert_bytes_equal(_bytes(q), want_q, "mx q")
     assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "mx sf")
+
+
+@gpu
+@pytest.mark.parametrize("layout", list(peers.SfLayout))
+def test_nvfp4_quantize_per_token_bytes(layout):
+    # Rows of zeros, of NaN among values and ordinary rows: the scale returned is amax_row * a_global_sf (float32,
+    # NaN ignored), and each row is quantized with its reciprocal as a tensor scale per row.
+    bits = mixed_groups((37, 256), np.random.default_rng(4))
+    bits[0] = 0
+    bits[1, 5] = 0x7FC0  # NaN
+    base = np.float32(1 / 2688)
+    q, sf, per_token = peers.nvfp4_quantize(_cuda(bits), torch.tensor([base], device="cuda"), layout,
+                                            per_token_activation=True)
+    values = np.abs((bits.astype(np.uint32) << 16).view(np.float32))
+    amax = np.where(np.isnan(values), np.float32(0), values).max(axis=1)
+    want_scale = (amax * base).astype(np.float32)
+    assert_bytes_equal(per_token.cpu().numpy(), want_scale, "per_token_scale")
+    name = {peers.SfLayout.layout_128x4: "swizzled", peers.SfLayout.layout_8x4: "8x4"}.get(layout, "linear")
+    want_q, want_sf = reference.quantize_nvfp4(bits, (np.float32(1) / want_scale).astype(np.float32),
+                                               sf_layout=name)
+    assert_bytes_equal(_bytes(q), want_q, "q")
+    assert_bytes_equal(_bytes(sf).reshape(-1), want_sf.reshape(-1), "sf")
 
 
 @gpu

@@ -9,7 +9,7 @@ differ (approximate reciprocals, another rounding of the intermediate).
 A peer's 2-D scale tensor of shape ``(R, C)`` in the 128x4 layout holds the same bytes as
 fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array, and in the 8x4 layout as fp4q's ``(R / 8, C / 4,
 8, 4)``: the drop-ins reshape, never permute. What a peer offers that fp4q does not compute
-yet (FlashInfer's per-token scales, row remapping, weight shuffling, fp8 input) raises
+yet (row remapping, weight shuffling, fp8 input) raises
 ``ValueError`` naming the argument, before anything runs.
 """
 
@@ -202,13 +202,18 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
 def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16,
                    enable_pdl=None, backend="cuda", *, per_token_activation=False, expanded_idx_to_permuted_idx=None):
     """FlashInfer's ``nvfp4_quantize``: ``a`` ``(M, K)`` to ``(a_fp4, a_sf)`` as ``fp4_quantize``
-    with the layout ``sfLayout`` (``SfLayout`` or its int value)."""
+    with the layout ``sfLayout`` (``SfLayout`` or its int value).
+
+    ``per_token_activation=True``: ``a_global_sf`` (one element) is the dequantize-direction
+    base multiplier, typically ``1 / (448 * 6)``, read on the host as FlashInfer does (a host
+    synchronization); each row's ``per_token_scale = amax_row * a_global_sf`` (float32, NaN
+    ignored in the amax) is returned third, ``(M,)``, and the row is quantized with the tensor
+    scale ``1 / per_token_scale``, correctly rounded (FlashInfer takes an approximate
+    reciprocal)."""
     if sf_vec_size != 16:
         raise ValueError(f"sf_vec_size must be 16 for nvfp4_quantize, got {sf_vec_size!r}")
     if do_shuffle:
         raise ValueError("do_shuffle=True (TensorRT-LLM's weight shuffling) has no fp4q counterpart")
-    if per_token_activation:
-        raise ValueError("per_token_activation=True (per-token scales) is not computed by fp4q yet")
     if expanded_idx_to_permuted_idx is not None:
         raise ValueError("expanded_idx_to_permuted_idx (MoE row remapping) has no fp4q counterpart yet")
     try:
@@ -216,8 +221,20 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
     except (TypeError, ValueError):
         raise ValueError(f"sfLayout must be one of {[m.name for m in SfLayout]} (or 0, 1, 2), got {sfLayout!r}") \
             from None
-    return fp4_quantize(a, a_global_sf, 16, False, layout != SfLayout.layout_linear, layout == SfLayout.layout_8x4,
-                        False, enable_pdl, backend)
+    if not per_token_activation:
+        return fp4_quantize(a, a_global_sf, 16, False, layout != SfLayout.layout_linear,
+                            layout == SfLayout.layout_8x4, False, enable_pdl, backend)
+    _require_input(a, "a", 16)
+    if not isinstance(a_global_sf, torch.Tensor) or a_global_sf.numel() != 1:
+        raise ValueError(f"a_global_sf must be a tensor of one element with per_token_activation=True, got "
+                         f"{tuple(a_global_sf.shape) if isinstance(a_global_sf, torch.Tensor) else a_global_sf!r}")
+    magnitude = a.reshape(-1, a.shape[-1]).abs().float()
+    magnitude = torch.where(torch.isnan(magnitude), 0.0, magnitude)
+    amax = magnitude.amax(dim=-1) if magnitude.shape[-1] else magnitude.new_zeros(magnitude.shape[0])
+    per_token_scale = amax * float(a_global_sf.float().item())
+    q, sf = fp4_quantize(a, torch.reciprocal(per_token_scale), 16, False, layout != SfLayout.layout_linear,
+                         layout == SfLayout.layout_8x4, False, enable_pdl, backend)
+    return q, sf, per_token_scale
 
 
 def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizzled_layout=True,
