@@ -298,8 +298,20 @@ def test_integer_ranges(field, value, lo, hi):
 def test_bad_string_choices(field, value, rule):
     with raises_config(f"{field} {rule}, got {value!r}"):
         QuantizeConfig(**{field: value})
+    if field == "input_dtype":  # the plain SIMT kernel reads float32 x too
+        rule = "must be one of 'bfloat16', 'float16', 'float32'"
+        if value == "float32":
+            return
     with raises_config(f"{field} {rule}, got {value!r}"):
         SimtConfig(**{field: value})
+
+
+def test_float32_input_is_the_plain_simt_kernels():
+    assert SimtConfig(input_dtype="float32", fmt="mxfp4").input_dtype == "float32"
+    for changes in (dict(vector=True), dict(prologue="silu_mul")):
+        with raises_config("input_dtype='float32' is read by the plain SIMT kernel alone (vector=False, "
+                           "prologue='none'), got "):
+            SimtConfig(input_dtype="float32", **changes)
 
 
 @pytest.mark.parametrize("field", ["persistent", "setmaxnreg"])

@@ -91,7 +91,7 @@ def test_quantize_mxfp4(layout, mode):
     for m, k, padded in ((1, 32, 64), (9, 96, 128), (130, 2176, 2304)):
         x = random_bf16((m, k), rng, specials=0.02)
         for config in (None, SimtConfig(fmt="mxfp4"), SimtConfig(fmt="mxfp4", vector=True)):
-            got = fp4q.quantize_mxfp4(cp.asarray(x), mode, sf_layout=layout, padded_k=padded, config=config,
+            got = fp4q.quantize_mxfp4(cp.asarray(x), mode=mode, sf_layout=layout, padded_k=padded, config=config,
                                       **filled_outputs(cp, m, padded, layout, "mxfp4"))
             want = reference.quantize_mxfp4(x, mode, sf_layout=layout, padded_k=padded)
             assert_outputs_equal(cp, got, want, f"mxfp4 {m}x{k} -> {padded} {layout} {config}")
@@ -123,7 +123,7 @@ def test_fused_ops_and_scales_per_row(op, layout):
     m, k, padded = 130, 1040, 1152
     x, w, res = inputs(op, m, k, rng)
     for tsf in (np.float32(0.7), row_scales(m, rng), "dynamic_per_row", "dynamic"):
-        if tsf == "dynamic" and op in ("rms_norm", "add_rms_norm"):
+        if isinstance(tsf, str) and tsf == "dynamic" and op in ("rms_norm", "add_rms_norm"):
             continue  # the RMSNorm ops take no whole-tensor dynamic scale
         dev_tsf = float(tsf) if isinstance(tsf, np.float32) else (cp.asarray(tsf) if isinstance(tsf, np.ndarray)
                                                                   else tsf)

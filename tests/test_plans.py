@@ -397,7 +397,7 @@ def test_input_checks_after_a_plan_exists(gpu):
     x = cp.array((16, 256))
     call(gpu, x, 1.0)
     cases = [
-        (cp.array((16, 256), np.float32), TypeError, "x must hold bfloat16 or float16 values"),
+        (cp.array((16, 256), np.int16), TypeError, "x must hold bfloat16, float16 or float32 values"),
         (cp.array((16, 250)), ValueError, "K \\(the last dimension of x\\) must be a multiple of 16 for quantize_nvfp4, got 250"),
         (cp.array(()), ValueError, r"x must have at least 1 dimension \(..., K\), got shape \(\)"),
         (cp.array((16, 256), strides=(512, 4)), ValueError, "the last dimension of x must be contiguous"),

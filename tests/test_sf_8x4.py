@@ -67,7 +67,7 @@ def test_quantize_mxfp4_every_kernel(m, config, mode):
     for k in (32, 96, 128, 160, 2176):
         x = random_bf16((m, k), rng, specials=0.02)
         q, sf = filled(cp, (m, k // 2)), filled(cp, fp4q.sf_8x4_shape(m, k, "mxfp4"))
-        got = fp4q.quantize_mxfp4(cp.asarray(x), mode, sf_layout="8x4", out=q, sf_out=sf,
+        got = fp4q.quantize_mxfp4(cp.asarray(x), mode=mode, sf_layout="8x4", out=q, sf_out=sf,
                                   config=None if config is None else SIMT[config])
         assert_outputs_equal(cp, got, reference.quantize_mxfp4(x, mode, sf_layout="8x4"), f"{m}x{k} {config} {mode}")
 

@@ -129,7 +129,8 @@ def test_tuned_table_configs_are_compiled_variants():
 
 def expected_bases(arch):
     """What all_variants(arch) should ship before layouts and modes: each SHIPPED(_MX) config fitted
-    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes, for
+    to the target, then the tuned table, the defaults and the SIMT configs in both input dtypes (the
+    plain SIMT kernel in float32 as well), for
     MXFP4 both rounding modes, and under every prologue (a TMA config fitted to its larger stages)."""
     out = set()
     if ARCHS[arch].features.tma:
@@ -144,6 +145,8 @@ def expected_bases(arch):
                     changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
                     if isinstance(cfg, SimtConfig):
                         out.add(cfg.replace(**changes))
+                        if not cfg.vector and prologue == "none" and dtype == "bfloat16":  # float32 x
+                            out.add(cfg.replace(**dict(changes, input_dtype="float32")))
                     elif (fit := fitted(cfg, arch, **changes)) is not None:
                         out.add(fit)
     return out

@@ -22,6 +22,8 @@ from .archs import check_arch
 from .rules import align_up, check_choice, require
 
 INPUT_DTYPES = ("bfloat16", "float16")
+# float32 x, which the plain SIMT quantizer alone reads (SimtConfig.float32_input).
+FLOAT32_INPUT = "float32"
 # The scale layouts the kernels write: the spec's (numerics.groups.SF_LAYOUTS). The TMA quantize
 # kernel writes the first two (its scales go out as 128x4 blocks or rows).
 SF_LAYOUTS = ("swizzled", "linear", "8x4")
@@ -60,6 +62,8 @@ class CallFields:
     row_scales: ClassVar[bool] = False
     # The scale layouts the kernel writes or reads.
     sf_layouts: ClassVar[tuple[str, ...]] = SF_LAYOUTS
+    # Whether the config class may read float32 x (its own check says which of its kernels do).
+    float32_input: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_arch(self.arch)
@@ -70,7 +74,7 @@ class CallFields:
         require(self.sf_layout in self.sf_layouts,
                 f"sf_layout={self.sf_layout!r} is not written by a {type(self).__name__}, which writes "
                 f"{' or '.join(map(repr, self.sf_layouts))}")
-        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES)
+        check_choice("input_dtype", self.input_dtype, INPUT_DTYPES + (FLOAT32_INPUT,) * self.float32_input)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
         modes = TENSOR_SF_MODES[self.fmt] + (ROW_TENSOR_SF_MODES if self.row_scales and self.fmt == "nvfp4" else ())
         require(self.tensor_sf_mode in modes,

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from .archs import ARCHS, check_arch, check_fits_sm, max_ctas_per_sm
 from ..numerics.layouts import SF_TILE
-from .call import ELEMENTWISE_PROLOGUES, TMA_SF_LAYOUTS, CallFields
+from .call import ELEMENTWISE_PROLOGUES, FLOAT32_INPUT, TMA_SF_LAYOUTS, CallFields
 from .rules import ConfigError, align_up, check_bool, check_choice, check_even_split, check_int, require
 from .spec import (MAX_BOX_DIM, KernelSpec, MapSpec, StrideGrid, Swizzle, TileGrid, WarpSpecialized, params,
                    simt_spec)
@@ -49,6 +49,7 @@ def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
     every config, since both branches of an ``if constexpr`` are compiled."""
     return (
         ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
+        ("FP4Q_INPUT_F32", cfg.input_dtype == FLOAT32_INPUT),
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
         *cfg.layout_flags,
         ("FP4Q_MX_RCEIL", cfg.fmt == "mxfp4" and cfg.mx_mode == "rceil"),
@@ -218,15 +219,21 @@ class SimtConfig(CallFields):
     fastest kernel for small and serving inputs; it needs x's rows, ``out``
     and a swizzled ``sf_out`` 16-byte aligned. ``vector=False``: one thread per group with 2-byte
     loads, for any pointer alignment and row stride (``vector_elements``
-    is 8 there, the element count of its loads' unit).
+    is 8 there, the element count of its loads' unit); the one kernel that reads float32 x
+    (``input_dtype="float32"``, no prologue).
     """
 
     threads: int = 256
     vector: bool = False
     vector_elements: int | None = None  # None: 16 for the vector kernel, 8 otherwise
+    float32_input: ClassVar[bool] = True
 
     def check(self) -> None:
         self.check_prologue(ELEMENTWISE_PROLOGUES)
+        if self.input_dtype == FLOAT32_INPUT:
+            require(not self.vector and self.prologue == "none",
+                    f"input_dtype='float32' is read by the plain SIMT kernel alone (vector=False, prologue='none'), "
+                    f"got vector={self.vector!r}, prologue={self.prologue!r}")
         check_choice("threads", self.threads, (64, 128, 256, 512, 1024))
         check_bool("vector", self.vector)
         if self.vector_elements is None:  # stored resolved, so that equal kernels are equal configs

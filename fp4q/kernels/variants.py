@@ -14,8 +14,8 @@ from __future__ import annotations
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import (ELEMENTWISE_PROLOGUES, INPUT_DTYPES, PROLOGUES, ROW_PROLOGUES, ROW_TENSOR_SF_MODES, SF_LAYOUTS,
-                   TENSOR_SF_MODES)
+from .call import (ELEMENTWISE_PROLOGUES, FLOAT32_INPUT, INPUT_DTYPES, PROLOGUES, ROW_PROLOGUES, ROW_TENSOR_SF_MODES,
+                   SF_LAYOUTS, TENSOR_SF_MODES)
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .rows import ROW_UNITS, RowConfig
 from .spec import Swizzle
@@ -170,17 +170,20 @@ def default_variants(arch: str) -> dict[str, QuantizeConfig]:
 
 
 def _call_variants(name: str, cfg) -> dict:
-    """``cfg`` in every input dtype, for MXFP4 both rounding modes, and under every prologue (a TMA
-    config fitted to the prologue's larger stages): what calls choose it with."""
+    """``cfg`` in every input dtype (float32 too for the plain SIMT kernel, without a prologue),
+    for MXFP4 both rounding modes, and under every prologue (a TMA config fitted to the
+    prologue's larger stages): what calls choose it with."""
     out = {}
+    reads_float32 = isinstance(cfg, SimtConfig) and not cfg.vector
     for prologue in ELEMENTWISE_PROLOGUES:
-        for dtype in INPUT_DTYPES:
+        for dtype in INPUT_DTYPES + ((FLOAT32_INPUT,) if reads_float32 and prologue == "none" else ()):
             for mode in MX_MODES if cfg.fmt == "mxfp4" else (cfg.mx_mode,):
                 changes = dict(input_dtype=dtype, mx_mode=mode, prologue=prologue)
                 variant = fitted(cfg, cfg.arch, **changes) if isinstance(cfg, QuantizeConfig) else cfg.replace(**changes)
                 if variant is None:
                     continue
-                suffix = (("" if prologue == "none" else f"_{prologue}") + ("" if dtype == cfg.input_dtype else "_fp16")
+                suffix = (("" if prologue == "none" else f"_{prologue}")
+                          + ("" if dtype == cfg.input_dtype else "_f32" if dtype == FLOAT32_INPUT else "_fp16")
                           + ("" if mode == cfg.mx_mode else f"_{mode}"))
                 out[name + suffix] = variant
     return out

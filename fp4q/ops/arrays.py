@@ -19,6 +19,8 @@ TENSOR_SF_MAX = 2.0**100
 # Element dtypes each argument may hold, by the name numpy / CuPy / torch give them.
 BF16_DTYPES = ("uint16", "bfloat16")  # uint16: bf16 bits
 INPUT_DTYPES = {"uint16": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}
+# The quantizers without a prologue read float32 x too.
+QUANTIZE_INPUT_DTYPES = {**INPUT_DTYPES, "float32": "float32"}
 # The spellings of one input dtype: an array that must match x's dtype may spell bf16 either way.
 SAME_DTYPES = {"uint16": BF16_DTYPES, "bfloat16": BF16_DTYPES, "float16": ("float16",)}
 Q_DTYPES = ("uint8", "float4_e2m1fn_x2")

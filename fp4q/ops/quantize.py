@@ -17,13 +17,16 @@ from ..kernels.quantize import QuantizeConfig, SimtConfig
 from ..kernels.tuning import FUSED_DYNAMIC_MAX_ELEMENTS, choose_config, fused_dynamic_block
 from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
-from ..kernels.call import ROW_TENSOR_SF_MODES, SF_LAYOUTS, TMA_SF_LAYOUTS
+from ..kernels.call import FLOAT32_INPUT, ROW_TENSOR_SF_MODES, SF_LAYOUTS, TMA_SF_LAYOUTS
 from ..numerics.formats import MX_MODES
-from .declare import DYNAMIC, Array, Choice, Op, TensorScale, Width
-from .global_scale import ScaleLaunch, X
+from .declare import DYNAMIC, Array, Choice, Op, Rows, TensorScale, Width
+from .arrays import QUANTIZE_INPUT_DTYPES
+from .global_scale import ScaleLaunch
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import ROW_KERNELS, alignment_obstacle
 
+X = Rows("x", QUANTIZE_INPUT_DTYPES, "bfloat16, float16 or float32 values (uint16 holds bf16 bits)",
+         field="input_dtype", doc="bf16, fp16 or float32 values ``(..., K)``; rows may be strided")
 SF_LAYOUT = Choice("sf_layout", SF_LAYOUTS, "swizzled", "sf_layout",
                    doc='``"swizzled"`` (the 128x4 layout block-scaled GEMMs read), ``"linear"`` or ``"8x4"`` '
                        '(FlashInfer\'s layout for few rows)')
@@ -51,8 +54,16 @@ def tma_obstacle(plan) -> str | None:
 
 def resolve_config(config, plan, pointers: list[int], mode: str, arch: str):
     """The config a call launches: the caller's (checked against what it needs) or the
-    tuned choice (a TMA config fitted to its prologue's stages), with the call's fields."""
+    tuned choice (a TMA config fitted to its prologue's stages), with the call's fields;
+    for float32 x the plain SIMT kernel, the one that reads it."""
     call = dict(plan.call, tensor_sf_mode=mode, arch=arch)
+    if plan.call["input_dtype"] == FLOAT32_INPUT:
+        if config is None:
+            return SimtConfig(**call)
+        if not isinstance(config, SimtConfig) or config.vector:
+            raise ValueError(f"config must be None or a SimtConfig with vector=False for float32 x (the plain SIMT "
+                             f"kernel alone reads it), got {config!r}")
+        return config.replace(**call)
     view, k = plan.view, plan.geometry.k
     obstacle = alignment_obstacle(plan, pointers)
     if isinstance(config, SimtConfig):
@@ -176,6 +187,10 @@ class QuantizeKernels:
                              f"config with fmt={op.fmt!r}")
 
     def resolve(self, plan, mode: str, pointers: list[int], config):
+        if plan.call["input_dtype"] == FLOAT32_INPUT and (mode in ROW_TENSOR_SF_MODES or mode is DYNAMIC):
+            scale = "a tensor scale per row" if mode in ROW_TENSOR_SF_MODES else 'tensor_sf="dynamic"'
+            raise ValueError(f"{scale} needs bf16 or fp16 x (float32 x is read by the plain SIMT kernel alone, which "
+                             f"takes a float or a device float32 scalar as tensor_sf)")
         if mode in ROW_TENSOR_SF_MODES:
             check_no_config(plan, config)
             return ROW_KERNELS.resolve(plan, mode, pointers, None)
@@ -191,7 +206,7 @@ KERNELS = QuantizeKernels()
 
 QUANTIZE_NVFP4 = Op(
     name="quantize_nvfp4",
-    summary="Quantize bf16 (or fp16) ``x`` of shape ``(..., K)`` to NVFP4.",
+    summary="Quantize bf16, fp16 or float32 ``x`` of shape ``(..., K)`` to NVFP4.",
     doc="""Returns ``(q, sf)``: ``q`` packed e2m1 pairs and ``sf`` e4m3 scale bytes,
 ``(ceil(M/128), ceil(K/64), 32, 4, 4)`` when ``sf_layout="swizzled"``,
 ``(..., K // 16)`` when ``"linear"`` or ``(ceil(M/8), ceil(K/64), 8, 4)`` when
@@ -212,7 +227,9 @@ scale (its ``global_scale``) in the same pass and returns them as a float32
 array of shape ``x.shape[:-1]``, after ``(q, sf)``.
 
 A tensor scale per row takes the row kernel (a row held in one CTA): ``K`` at
-most 32768, 16-byte aligned rows and outputs, ``config=None``.""",
+most 32768, 16-byte aligned rows and outputs, ``config=None``. float32 ``x``
+(weights) takes the plain SIMT kernel, with a float or a device float32 scalar
+as ``tensor_sf``.""",
     fmt="nvfp4",
     main=X,
     tensor_scale=TensorScale(dynamic=True, per_row=True,
@@ -226,13 +243,14 @@ most 32768, 16-byte aligned rows and outputs, ``config=None``.""",
 
 QUANTIZE_MXFP4 = Op(
     name="quantize_mxfp4",
-    summary="Quantize bf16 (or fp16) ``x`` of shape ``(..., K)``, ``K % 32 == 0``, to MXFP4.",
+    summary="Quantize bf16, fp16 or float32 ``x`` of shape ``(..., K)``, ``K % 32 == 0``, to MXFP4.",
     doc="""Groups of 32 elements share one e8m0 scale byte (``e + 127`` for the power of
 two ``2**e``); ``mode`` picks the exponent: ``"rceil"`` (the smallest ``e`` with
 ``2**e >= amax / 6``, what NVIDIA's libraries use) or ``"floor"`` (OCP:
 ``floor(log2(amax)) - 2``). Returns ``(q, sf)``: ``q`` as for NVFP4, ``sf``
 ``(ceil(M/128), ceil(K/128), 32, 4, 4)`` (swizzled), ``(..., K // 32)``
-(linear) or ``(ceil(M/8), ceil(K/128), 8, 4)`` (8x4). No tensor scale.""",
+(linear) or ``(ceil(M/8), ceil(K/128), 8, 4)`` (8x4). No tensor scale. float32
+``x`` takes the plain SIMT kernel.""",
     fmt="mxfp4",
     main=X,
     options=(MX_MODE, SF_LAYOUT, PADDED_K),

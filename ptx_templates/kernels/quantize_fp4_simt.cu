@@ -2,7 +2,8 @@
 // NVFP4, 32 for MXFP4), plain loads and stores. Serves the pointers that
 // neither TMA nor the vector kernel can address (a base or row stride of x,
 // or a base of q or of tiled scales, that is not 16-byte aligned), and
-// any shape.
+// any shape; and the one kernel that reads float32 x (FP4Q_INPUT_F32, no
+// prologue: spec step 1 is then the identity).
 // Its load and transform steps are those of kernels/steps.cuh, the reads
 // done by 2-byte loads. It quantizes a group by the general sequence below
 // rather than the quantize step (quantize_run picks an e2m1 variant per
@@ -16,6 +17,36 @@ constexpr int WORDS = SF_VEC / 2;
 
 FP4Q_DEVICE u32 load_pair(const u16* p) {
     return static_cast<u32>(p[0]) | (static_cast<u32>(p[1]) << 16);
+}
+
+// Codes, bytes at dst, of 8 * N float32 values times inv.
+template <int N>
+FP4Q_DEVICE void store_codes_f32(const float (&v)[8 * N], float inv, u8* dst) {
+#pragma unroll
+    for (int word = 0; word < N; ++word) {
+        float prod[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) prod[i] = mul_rn(v[8 * word + i], inv);
+        const u32 codes = e2m1x8(prod);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) dst[4 * word + b] = static_cast<u8>(codes >> (8 * b));
+    }
+}
+
+// One group of float32 x at p: its codes to dst, its scale byte returned.
+// max.f32 drops a NaN operand: the spec's NaN-ignoring amax, from +0.
+FP4Q_DEVICE u32 quantize_f32_group(const float* p, const TensorScale& tsf, u8* dst) {
+    float v[SF_VEC];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SF_VEC; ++i) {
+        v[i] = f32_from_bits(ld_global_nc_u32(p + i));
+        amax = max_f32(amax, abs_f32(v[i]));
+    }
+    float inv;
+    const u32 sf_byte = group_scale_byte<SF_VEC>(amax, tsf.value, tsf.rcp, inv);
+    store_codes_f32<SF_VEC / 8>(v, inv, dst);
+    return sf_byte;
 }
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
@@ -34,7 +65,10 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
         const int j = unit.col;
         u8* dst = out + m * (out_cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
         u32 sf_byte = 0;
-        if (m < rows && j < groups) {
+        if (FP4Q_INPUT_F32 && m < rows && j < groups) {
+            const float* p = reinterpret_cast<const float*>(x) + m * x_row_stride + static_cast<i64>(j) * SF_VEC;
+            sf_byte = quantize_f32_group(p, tsf, dst);
+        } else if (m < rows && j < groups) {
             u32 in[load.READS][WORDS];
 #pragma unroll
             for (int r = 0; r < load.READS; ++r) {
