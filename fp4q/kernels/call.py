@@ -117,6 +117,12 @@ class CallFields:
         return align_up(cols // self.sf_vec_size, SF_TILE[self.sf_layout][1])
 
     @property
+    def input_flags(self) -> tuple[tuple[str, bool], ...]:
+        """The templates' input type (numerics/input.cuh): fp16, float32, else bf16."""
+        return (("FP4Q_INPUT_FP16", self.input_dtype == "float16"),
+                ("FP4Q_INPUT_F32", self.input_dtype == FLOAT32_INPUT))
+
+    @property
     def layout_flags(self) -> tuple[tuple[str, bool], ...]:
         """The templates' scale layout (layout/scale_layout.cuh): 128x4, 8x4, else row-major."""
         return (("FP4Q_SF_SWIZZLED", self.sf_layout == "swizzled"), ("FP4Q_SF_8X4", self.sf_layout == "8x4"))

@@ -45,7 +45,7 @@ class AmaxConfig(CallFields):
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
-        flags = (("FP4Q_INPUT_FP16", self.input_dtype == "float16"), ("FP4Q_VECTOR_LOADS", self.vector_loads))
+        flags = (*self.input_flags, ("FP4Q_VECTOR_LOADS", self.vector_loads))
         return simt_spec("amax", self.arch, (("AMAX_THREADS", self.threads), self.prologue_constant), flags,
                          AMAX_PARAMS, self.threads,
                          StrideGrid(self.threads * AMAX_UNROLL, max_ctas_per_sm=AMAX_CTAS_PER_SM))

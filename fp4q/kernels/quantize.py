@@ -48,8 +48,7 @@ def quantize_flags(cfg) -> tuple[tuple[str, bool], ...]:
     """The feature flags every quantize kernel takes from its call: all of them for
     every config, since both branches of an ``if constexpr`` are compiled."""
     return (
-        ("FP4Q_INPUT_FP16", cfg.input_dtype == "float16"),
-        ("FP4Q_INPUT_F32", cfg.input_dtype == FLOAT32_INPUT),
+        *cfg.input_flags,
         ("FP4Q_TENSOR_SF_BY_POINTER", cfg.tensor_sf_mode == "pointer"),
         *cfg.layout_flags,
         ("FP4Q_MX_RCEIL", cfg.fmt == "mxfp4" and cfg.mx_mode == "rceil"),

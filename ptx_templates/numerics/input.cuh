@@ -5,6 +5,10 @@
 #include "ptx/convert.cuh"
 #include "ptx/float_math.cuh"
 
+// float32 x (FP4Q_INPUT_F32) is read by the plain SIMT kernel alone, by its
+// own path; what follows is for the 16-bit types.
+static_assert(!(FP4Q_INPUT_F32 && FP4Q_INPUT_FP16), "one input type");
+
 // The low and high element of a pair, as float32, exactly.
 FP4Q_DEVICE float input_lo(u32 w) {
     if constexpr (FP4Q_INPUT_FP16) {
