@@ -123,10 +123,7 @@ def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True, back
         layout = "swizzled" if is_sf_swizzled_layout else "linear"
     op = ops.quantize_nvfp4.Tensor if isinstance(input_global_scale, torch.Tensor) else ops.quantize_nvfp4.default
     q, sf = op(rows, input_global_scale, layout, True, False, padded_n)
-    if layout != "linear":
-        tile_rows, tile_groups = SF_TILE[layout]
-        sf = _bytes_as(sf, sf.shape[0] * tile_rows, sf.shape[1] * tile_groups)
-    return q, sf
+    return q, _scales_2d(sf, layout, rows.shape[0]).view(sf.dtype)
 
 
 def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_scale) -> None:

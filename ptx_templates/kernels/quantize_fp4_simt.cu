@@ -33,20 +33,6 @@ FP4Q_DEVICE void store_codes_f32(const float (&v)[8 * N], float inv, u8* dst) {
     }
 }
 
-// Zero codes in each row's columns from `cols` to `out_cols` (padded_k), a
-// byte at a time (this kernel serves any alignment), the grid sharing them
-// out; nothing where the outputs are not padded. Outside the walk, whose
-// units past x's row then store zero scales only.
-FP4Q_DEVICE void write_padding_code_bytes(u8* __restrict__ q, i32 rows, i32 cols, i32 out_cols) {
-    if (out_cols == cols) return;
-    const u32 bytes = static_cast<u32>(out_cols - cols) / 2;
-    const u64 total = static_cast<u64>(rows) * bytes;
-    for (u64 i = grid_thread(); i < total; i += grid_threads()) {
-        const u64 row = i / bytes;
-        q[row * static_cast<u32>(out_cols / 2) + cols / 2 + (i - row * bytes)] = 0;
-    }
-}
-
 // One group of float32 x at p: its codes to dst, its scale byte returned.
 // max.f32 drops a NaN operand: the spec's NaN-ignoring amax, from +0.
 FP4Q_DEVICE u32 quantize_f32_group(const float* p, const TensorScale& tsf, u8* dst) {
@@ -74,7 +60,7 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     const int out_groups = out_cols / SF_VEC;
     const i64 domain_rows = sf_domain_rows(rows);
     const Divisor per_row{static_cast<u32>(sf_domain_groups(out_groups)), unit_magic, unit_shift};
-    write_padding_code_bytes(out, rows, cols, out_cols);
+    write_padding_codes<1>(out, rows, cols, out_cols);
     for (RowWalk unit(grid_thread(), grid_threads(), per_row); unit.row < domain_rows; unit.advance()) {
         const i64 m = unit.row;
         const int j = unit.col;

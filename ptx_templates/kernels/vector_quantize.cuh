@@ -11,6 +11,7 @@
 // four 16-byte loads; the store step is RowwiseStore. The including kernel
 // defines SF_VEC and VEC_ELEMS.
 #pragma once
+#include "kernels/simt_quantize.cuh"
 #include "kernels/steps.cuh"
 #include "layout/scale_layout.cuh"
 #include "numerics/amax.cuh"
@@ -48,20 +49,6 @@ FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups)
     }
 }
 
-// Zero codes in each row's columns from `cols` to `out_cols` (padded_k),
-// 8 bytes (16 values) at a time, the grid sharing them out; nothing where
-// the outputs are not padded. The walk's units past x's row store scales
-// only, so that no unit pays for a padding branch.
-FP4Q_DEVICE void write_padding_codes(u8* __restrict__ q, i32 rows, i32 cols, i32 out_cols) {
-    if (out_cols == cols) return;
-    const u32 words = static_cast<u32>(out_cols - cols) / 16;
-    const u64 total = static_cast<u64>(rows) * words;
-    for (u64 i = grid_thread(); i < total; i += grid_threads()) {
-        const u64 row = i / words;
-        st_global_v2(q + row * static_cast<u32>(out_cols / 2) + cols / 2 + 8 * (i - row * words), 0u, 0u);
-    }
-}
-
 // The units of a row are VEC_ELEMS elements each, over the scale domain's
 // groups: unit (row, col) starts in group unit_group(col).
 FP4Q_DEVICE int unit_group(int col) { return col / THREADS_PER_GROUP * UNIT_GROUPS; }
@@ -83,7 +70,7 @@ struct RowwiseStore {
 
     FP4Q_DEVICE void padding(i32 rows, i32 cols, i32 out_cols) const {
         write_padding_scales(sf, rows, out_cols / SF_VEC);
-        write_padding_codes(q, rows, cols, out_cols);
+        write_padding_codes<8>(q, rows, cols, out_cols);
     }
 
     // unit: a RowWalk, or any (row, col) pair of a unit.
