@@ -23,9 +23,10 @@ from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import sf_8x4_shape, swizzle_sf, swizzle_sf_8x4, swizzled_sf_shape, unswizzle_sf, unswizzle_sf_8x4
 from .kernels.rows import RowConfig
+from .numerics.experts import experts_sf_shape
 from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
-                      rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4, silu_and_mul_quantize_mxfp4,
-                      silu_and_mul_quantize_nvfp4)
+                      quantize_nvfp4_experts, rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4,
+                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4, silu_and_mul_quantize_nvfp4_experts)
 
 __all__ = [
     "__version__",
@@ -35,6 +36,8 @@ __all__ = [
     "silu_and_mul_quantize_mxfp4",
     "rms_norm_quantize_nvfp4",
     "rms_norm_quantize_mxfp4",
+    "quantize_nvfp4_experts",
+    "silu_and_mul_quantize_nvfp4_experts",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
@@ -64,4 +67,5 @@ __all__ = [
     "swizzle_sf_8x4",
     "unswizzle_sf_8x4",
     "sf_8x4_shape",
+    "experts_sf_shape",
 ]

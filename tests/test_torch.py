@@ -68,7 +68,10 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
              ("silu_and_mul_quantize_mxfp4", "default"), ("silu_and_mul_quantize_mxfp4_out", "default"),
              *[(f"{add}rms_norm_quantize_{fmt}{out}", overload) for add in ("", "add_") for out in ("", "_out")
                for fmt, overload in (("nvfp4", "Tensor"), ("nvfp4", "default"), ("mxfp4", "default"))],
-             *[(f"{op}_dynamic_per_row{out}", "default") for op in PER_ROW_OPS for out in ("", "_out")]]
+             *[(f"{op}_dynamic_per_row{out}", "default") for op in PER_ROW_OPS for out in ("", "_out")],
+             # A tensor scale per expert is a tensor alone: one overload.
+             *[(f"{op}{out}", "default") for op in ("quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts")
+               for out in ("", "_out")]]
 
 
 def test_schemas():
@@ -91,7 +94,8 @@ def test_schemas():
         elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
-            assert str(scale[0].type) == ("Tensor" if overload == "Tensor" else "float"), schema
+            tensor = overload == "Tensor" or name.endswith(("_experts", "_experts_out"))
+            assert str(scale[0].type) == ("Tensor" if tensor else "float"), schema
         else:
             assert not scale, schema
         assert torch.Tag.pt2_compliant_tag in getattr(getattr(torch.ops.fp4q, name), overload).tags
@@ -349,7 +353,18 @@ def _every_op(x, t, y):
     s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
     s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y))
+            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y), *_experts_ops(x))
+
+
+def _experts_ops(x):
+    """The experts' quantizers (three experts, their offsets and scales made in the graph), both
+    forms: the output shapes come from the bound on the scale blocks, never from the offsets."""
+    offsets, scales = x.new_zeros((4,), dtype=torch.int32), x.new_ones((3,), dtype=torch.float32)
+    q, sf = ft.quantize_nvfp4_experts(x, offsets, scales)
+    out = [q, sf, *ft.quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(q), sf_out=torch.empty_like(sf))]
+    hq, hsf = ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, fp4_dtype=True)
+    return out + [hq, hsf, *ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(hq),
+                                                                   sf_out=torch.empty_like(hsf))]
 
 
 def _per_row_ops(x, residual):

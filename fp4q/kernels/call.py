@@ -41,6 +41,8 @@ TENSOR_SF_MODES = {"nvfp4": ("value", "pointer"), "mxfp4": ("value",)}
 # The NVFP4 tensor scales taken per row, which the row kernel alone takes: a device float32
 # per row, or each row's global scale computed and written out (rows.py).
 ROW_TENSOR_SF_MODES = ("per_row", "dynamic_per_row")
+# The tensor scale of the experts' quantizers (the row kernel's too): a device float32 per expert.
+PER_EXPERT = "per_expert"
 
 C = TypeVar("C", bound="CallFields")
 
@@ -58,7 +60,7 @@ class CallFields:
     out_dtype: str = "bfloat16"
     prologue: str = "none"
     arch: str = "sm_90a"
-    # Whether the kernel takes ROW_TENSOR_SF_MODES as well (the row kernel).
+    # Whether the kernel takes ROW_TENSOR_SF_MODES and PER_EXPERT as well (the row kernel).
     row_scales: ClassVar[bool] = False
     # The scale layouts the kernel writes or reads.
     sf_layouts: ClassVar[tuple[str, ...]] = SF_LAYOUTS
@@ -76,7 +78,8 @@ class CallFields:
                 f"{' or '.join(map(repr, self.sf_layouts))}")
         check_choice("input_dtype", self.input_dtype, INPUT_DTYPES + (FLOAT32_INPUT,) * self.float32_input)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
-        modes = TENSOR_SF_MODES[self.fmt] + (ROW_TENSOR_SF_MODES if self.row_scales and self.fmt == "nvfp4" else ())
+        modes = TENSOR_SF_MODES[self.fmt] + (ROW_TENSOR_SF_MODES + (PER_EXPERT,)
+                                             if self.row_scales and self.fmt == "nvfp4" else ())
         require(self.tensor_sf_mode in modes,
                 f"tensor_sf_mode must be one of {', '.join(map(repr, modes))} for fmt={self.fmt!r}, "
                 f"got {self.tensor_sf_mode!r}")

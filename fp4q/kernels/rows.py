@@ -1,7 +1,8 @@
 """The row kernel's config: quantization of whole rows held in one CTA, for the
 prologues that need a statistic of the row first (``call.ROW_PROLOGUES``: RMSNorm,
-add+RMSNorm) and for the tensor scales taken per row (``call.ROW_TENSOR_SF_MODES``,
-after any prologue; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
+add+RMSNorm), for the tensor scales taken per row (``call.ROW_TENSOR_SF_MODES``,
+after any prologue) and for the rows of experts, each expert under its own tensor
+scale (``segments="experts"``; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
 
 A CTA of ``threads`` threads takes one row at a time; each thread holds
 ``row_units`` units of one group (16 elements for NVFP4, 32 for MXFP4) of the
@@ -15,8 +16,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .call import PROLOGUES, ROW_TENSOR_SF_MODES, CallFields
-from .rules import ConfigError, check_choice
+from .call import ELEMENTWISE_PROLOGUES, PER_EXPERT, PROLOGUES, ROW_TENSOR_SF_MODES, CallFields
+from .rules import ConfigError, check_choice, require
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 from .quantize import quantize_flags
 
@@ -28,30 +29,46 @@ ROW_UNITS = {"nvfp4": (1, 2, 4, 8), "mxfp4": (1, 2, 4)}
 ROW_WAVES = 4
 
 ROW_QUANTIZE_PARAMS = params(
-    ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("out", "ptr"), ("sf_out", "ptr"),
-    ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("out_cols", "i32"), ("eps", "f32"),
-    ("tensor_sf_value", "f32"),
+    ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("expert_offsets", "ptr"), ("out", "ptr"),
+    ("sf_out", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("out_cols", "i32"),
+    ("experts", "i32"), ("sf_blocks", "i32"), ("eps", "f32"), ("tensor_sf_value", "f32"),
     ("tensor_sf_ptr", "ptr"),
 )
 # The templates' ROW_SCALE per tensor_sf_mode: the launch's scale (by value or pointer), a float32
-# per row read, each row's dynamic scale written.
-ROW_SCALES = {"value": 0, "pointer": 0, ROW_TENSOR_SF_MODES[0]: 1, ROW_TENSOR_SF_MODES[1]: 2}
+# per row (or per expert) read, each row's dynamic scale written.
+ROW_SCALES = {"value": 0, "pointer": 0, ROW_TENSOR_SF_MODES[0]: 1, ROW_TENSOR_SF_MODES[1]: 2, PER_EXPERT: 1}
+# How the rows are grouped (the templates' SEGMENTS): the rows of one tensor, or of experts, each
+# expert's rows consecutive and its scales in 128-row blocks of its own (pipeline/experts.cuh).
+SEGMENTS = ("none", "experts")
+# The most experts a launch resolves: every CTA holds their rows and scale rows in shared memory.
+MAX_EXPERTS = 1024
 
 
 @dataclass(frozen=True)
 class RowConfig(CallFields):
     """One row kernel: ``threads`` per CTA (one row at a time) and ``row_units`` groups of
     the row per thread. The call's fields (``CallFields``) are set from each call: any
-    prologue, and the tensor scale per row as well."""
+    prologue, the tensor scale per row or per expert as well, and how the rows are grouped
+    (``segments``)."""
 
     threads: int = ROW_THREADS
     row_units: int = 1
+    segments: str = "none"
     row_scales = True
 
     def check(self) -> None:
         self.check_prologue(PROLOGUES)
         check_choice("threads", self.threads, (ROW_THREADS,))
         check_choice("row_units", self.row_units, ROW_UNITS[self.fmt])
+        check_choice("segments", self.segments, SEGMENTS)
+        experts = self.segments == "experts"
+        require(experts == (self.tensor_sf_mode == PER_EXPERT),
+                f"tensor_sf_mode={PER_EXPERT!r} goes with segments='experts' and only with it, got "
+                f"tensor_sf_mode={self.tensor_sf_mode!r} with segments={self.segments!r}")
+        if experts:
+            require(self.sf_layout == "swizzled" and self.prologue in ELEMENTWISE_PROLOGUES,
+                    f"experts take sf_layout='swizzled' and an element-wise prologue, got "
+                    f"sf_layout={self.sf_layout!r} and prologue={self.prologue!r}")
 
     @property
     def max_k(self) -> int:
@@ -71,7 +88,8 @@ class RowConfig(CallFields):
     def spec(self) -> KernelSpec[StrideGrid]:
         constants = (("SIMT_THREADS", self.threads), ("SF_VEC", self.sf_vec_size), ("ROW_UNITS", self.row_units),
                      self.prologue_constant, ("ROW_SCALE", ROW_SCALES[self.tensor_sf_mode]),
-                     ("ROW_MIN_CTAS", self.min_ctas_per_sm))
+                     ("ROW_MIN_CTAS", self.min_ctas_per_sm), ("SEGMENTS", SEGMENTS.index(self.segments)),
+                     ("MAX_EXPERTS", MAX_EXPERTS))
         return simt_spec("quantize_fp4_rows", self.arch, constants, quantize_flags(self), ROW_QUANTIZE_PARAMS,
                          self.threads, StrideGrid(1, ROW_WAVES))
 

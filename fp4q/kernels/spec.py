@@ -37,7 +37,7 @@ PARAM_KINDS = ("map", *PARAM_FORMATS)
 # The C type each kind is declared with in the templates' extern "C" signatures.
 PARAM_C_TYPES = {
     "map": ("TensorMap",),
-    "ptr": ("u8*", "u16*", "u32*", "float*"),
+    "ptr": ("u8*", "u16*", "u32*", "i32*", "float*"),
     "i32": ("i32",),
     "u32": ("u32",),
     "i64": ("i64",),

@@ -14,8 +14,8 @@ from __future__ import annotations
 from ..numerics.formats import FORMATS, MX_MODES
 from ..numerics.reference import OUT_DTYPES
 from .archs import fits, target
-from .call import (ELEMENTWISE_PROLOGUES, FLOAT32_INPUT, INPUT_DTYPES, PROLOGUES, ROW_PROLOGUES, ROW_TENSOR_SF_MODES,
-                   SF_LAYOUTS, TENSOR_SF_MODES)
+from .call import (ELEMENTWISE_PROLOGUES, FLOAT32_INPUT, INPUT_DTYPES, PER_EXPERT, PROLOGUES, ROW_PROLOGUES,
+                   ROW_TENSOR_SF_MODES, SF_LAYOUTS, TENSOR_SF_MODES)
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from .rows import ROW_UNITS, RowConfig
 from .spec import Swizzle
@@ -194,7 +194,8 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
     tensor_sf_mode``: each kernel ``rows.for_row`` may pick, in every unit count, input
     dtype, scale layout and MXFP4 rounding mode. RMSNorm and add+RMSNorm take every
     tensor-scale mode; the element-wise prologues run here only for the modes per row (the
-    other kernels take the rest)."""
+    other kernels take the rest). Then the experts' kernels (swizzled, a scale per expert),
+    named ``experts_prologue_nvfp4_uN[_fp16]/swizzled/per_expert``."""
     out = {}
     for prologue in PROLOGUES:
         row_prologue = prologue in ROW_PROLOGUES
@@ -211,6 +212,13 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
                                 out[f"{base}/{layout}/{mode}"] = RowConfig(
                                     prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype, mx_mode=mx_mode,
                                     sf_layout=layout, tensor_sf_mode=mode, arch=arch)
+    for prologue in ELEMENTWISE_PROLOGUES:
+        for units in ROW_UNITS["nvfp4"]:
+            for dtype in INPUT_DTYPES:
+                name = f"experts_{prologue}_nvfp4_u{units}" + ("_fp16" if dtype == "float16" else "")
+                out[f"{name}/swizzled/{PER_EXPERT}"] = RowConfig(
+                    prologue=prologue, row_units=units, input_dtype=dtype, segments="experts",
+                    tensor_sf_mode=PER_EXPERT, arch=arch)
     return out
 
 
@@ -245,7 +253,8 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
 # The public operations, each by the one name its function has.
 OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
        "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
-       "add_rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+       "add_rms_norm_quantize_mxfp4", "quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
 
 
 def op_of(cfg) -> str:
@@ -255,4 +264,6 @@ def op_of(cfg) -> str:
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
-    return f"{family}_{cfg.fmt}" if cfg.prologue == "none" else f"{cfg.prologue_op}_{family}_{cfg.fmt}"
+    experts = "_experts" if isinstance(cfg, RowConfig) and cfg.segments == "experts" else ""
+    name = f"{family}_{cfg.fmt}{experts}"
+    return name if cfg.prologue == "none" else f"{cfg.prologue_op}_{name}"

@@ -48,7 +48,9 @@ BLOCK_ROWS = layouts.ROWS_PER_TILE
 Prologue = Callable[[np.ndarray], np.ndarray]
 
 
-def _sf_blocks(m: int, num_experts: int) -> int:
+def experts_sf_blocks(m: int, num_experts: int) -> int:
+    """The 128-row blocks of the experts' scales for ``m`` rows and ``num_experts`` experts
+    (unchecked: ``experts_sf_shape`` checks them): the most any routing fills."""
     # Expert e needs ceil(n_e / 128) blocks. Over all routings of at most m rows to E >= 1
     # experts the sum is largest for E - 1 one-row experts and one with the rest, or for m
     # one-row experts when m < E: floor((m + 127 E) / 128), and never more than m.
@@ -67,7 +69,7 @@ def experts_sf_shape(m: int, k: int, num_experts: int) -> tuple:
     shape = layouts.swizzled_sf_shape(m, k)  # the rules on m and k
     if isinstance(num_experts, bool) or not isinstance(num_experts, numbers.Integral) or num_experts < 1:
         raise ValueError(f"num_experts must be an int >= 1, got {num_experts!r}")
-    return (_sf_blocks(m, int(num_experts)),) + shape[1:]
+    return (experts_sf_blocks(m, int(num_experts)),) + shape[1:]
 
 
 def _array_name(a) -> str:
@@ -191,7 +193,7 @@ def _experts(x, expert_offsets, tensor_sf, sf_layout, prologue: Prologue | None)
         raise ValueError(f"expert_offsets must have shape (E + 1,) = ({num_experts + 1},) for tensor_sf of "
                          f"shape {tsf.shape}, got {offsets.shape}")
     rows, sf_starts = _resolve(offsets, m)
-    blocks = _sf_blocks(m, num_experts)
+    blocks = experts_sf_blocks(m, num_experts)
     q, sf = _quantize_segments(x, xf, rows[:-1], np.diff(rows), tsf, sf_starts[:-1], blocks * BLOCK_ROWS, k,
                                prologue)
     return q, layouts.swizzle_sf(sf)

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 
 from ..cuda.driver import require_gpu
-from ..kernels.call import ROW_TENSOR_SF_MODES
+from ..kernels.call import PER_EXPERT, ROW_TENSOR_SF_MODES
+from ..kernels.rows import MAX_EXPERTS
 
 PER_ROW = ROW_TENSOR_SF_MODES[0]  # the launch mode of a device tensor_sf per row
 TENSOR_SF_MIN = 2.0**-126
@@ -24,6 +25,7 @@ QUANTIZE_INPUT_DTYPES = {**INPUT_DTYPES, "float32": "float32"}
 # The spellings of one input dtype: an array that must match x's dtype may spell bf16 either way.
 SAME_DTYPES = {"uint16": BF16_DTYPES, "bfloat16": BF16_DTYPES, "float16": ("float16",)}
 Q_DTYPES = ("uint8", "float4_e2m1fn_x2")
+OFFSET_DTYPES = ("int32",)
 SF_DTYPES = {"nvfp4": ("uint8", "float8_e4m3fn"), "mxfp4": ("uint8", "float8_e8m0fnu")}
 VALUE_DTYPES = {"bfloat16": BF16_DTYPES, "float32": ("float32",)}
 ITEMSIZE = {"uint8": 1, "float4_e2m1fn_x2": 1, "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "uint16": 2,
@@ -199,6 +201,45 @@ def device_scale(a: Operand, device: int, row_shapes: tuple = ()) -> tuple[str, 
     if mode is PER_ROW and ptr and not (obj.is_contiguous() if is_torch else c_contiguous(obj)):
         raise ValueError("a per-row tensor_sf must be C-contiguous (the kernel reads row m's value at element m)")
     return (mode, 0.0, ptr)
+
+
+def expert_count(a: Operand, name: str) -> int:
+    """E, the experts of offsets operand ``a`` (``(E + 1,)``, ``1 <= E <= MAX_EXPERTS``): the
+    one rule read before a call's plan, whose shapes it fixes. Its other rules (dtype,
+    device, contiguity) are a buffer's, checked with the other inputs."""
+    shape = tuple(a[SHAPE])
+    if len(shape) != 1 or not 2 <= shape[0] <= MAX_EXPERTS + 1:
+        raise ValueError(f"{name} must have shape (E + 1,) with 1 <= E <= {MAX_EXPERTS} (one first row per expert, "
+                         f"then the end), got shape {shape}")
+    return int(shape[0]) - 1
+
+
+def _expert_scales_rule(experts: int) -> str:
+    return f"tensor_sf must be a device float32 array of shape (E,) = ({experts},), one scale per expert"
+
+
+def expert_scales(tensor_sf, device: int, experts: int) -> tuple[str, float, int]:
+    """``(PER_EXPERT, 0.0, ptr)`` for a tensor scale per expert: a device float32 array of
+    shape ``(experts,)``, C-contiguous, on ``device`` (``device_expert_scales``)."""
+    if isinstance(tensor_sf, (str, bool, int, float, np.ndarray, np.generic)) or tensor_sf is None:
+        raise TypeError(f"{_expert_scales_rule(experts)}, got {tensor_sf!r} ({type(tensor_sf).__name__})")
+    return device_expert_scales(as_operand(tensor_sf, "tensor_sf"), device, experts)
+
+
+def device_expert_scales(a: Operand, device: int, experts: int) -> tuple[str, float, int]:
+    """The rules of a device tensor scale per expert (``expert_scales``). Also run on torch's
+    fake tensors, whose ``ptr`` is 0."""
+    obj, ptr, shape, dtype, a_device, is_torch = a
+    if dtype != "float32" or tuple(shape) != (experts,):
+        rule = _expert_scales_rule(experts)
+        raise ValueError(f"{rule}, got dtype {dtype} shape {tuple(shape)}")
+    if a_device != device:
+        raise ValueError(f"tensor_sf is on device {a_device} but x is on device {device}")
+    if ptr & 3:
+        raise ValueError(f"tensor_sf must be 4-byte aligned (the kernel loads float32 values), got address {ptr:#x}")
+    if ptr and not (obj.is_contiguous() if is_torch else c_contiguous(obj)):
+        raise ValueError("tensor_sf must be C-contiguous (the kernel reads expert e's scale at element e)")
+    return (PER_EXPERT, 0.0, ptr)
 
 
 NO_TENSOR_SCALE = ("value", 0.0, 0)  # the formats without a tensor scale

@@ -22,10 +22,11 @@ import numpy as np
 from ..kernels.call import ROW_TENSOR_SF_MODES
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
+from ..numerics.experts import experts_sf_blocks
 from ..numerics.groups import padded_width, require_choice, require_padded_k
-from ..numerics.layouts import scales_shape
-from .arrays import Q_DTYPES, SAME_DTYPES, SF_DTYPES, VALUE_DTYPES, Operand
-from .checks import RowsView, rows_view
+from ..numerics.layouts import scales_shape, tiles_shape
+from .arrays import OFFSET_DTYPES, Q_DTYPES, SAME_DTYPES, SF_DTYPES, SHAPE, VALUE_DTYPES, Operand
+from .checks import MAX_ROWS, RowsView, rows_view
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,18 @@ class Geometry:
     options: Mapping[str, Any]
     # The outputs' row width in values: K, or the padded_k option's.
     out_k: int
+    # The experts whose rows the main input holds (an op with expert offsets), else 0.
+    experts: int = 0
 
     @property
     def groups(self) -> int:
         """The scale groups per row of the outputs (padding groups included)."""
         return self.out_k // GROUP_SIZE[self.fmt]
+
+    @property
+    def sf_blocks(self) -> int:
+        """The experts' 128-row scale blocks: the most any routing of the rows fills."""
+        return experts_sf_blocks(self.view.rows, self.experts)
 
     @property
     def lead(self) -> tuple[int, ...]:
@@ -57,7 +65,8 @@ class Rows:
     config's ``field`` (if any) takes for it; ``what`` names them in messages; K (the
     values per row) is ``per_element * W``, or ``W // 2`` with ``halves`` (a row holds
     two operands of K values each, as SiLU·mul's gate and up), and must be a multiple
-    of the format's group."""
+    of the format's group. ``matrix``: the input must be 2-D (its rows are not
+    flattened from leading dimensions)."""
 
     name: str
     dtypes: Mapping[str, str]
@@ -65,9 +74,14 @@ class Rows:
     per_element: int = 1
     field: str | None = None
     halves: bool = False
+    matrix: bool = False
     doc: str = ""
 
     def view(self, a: Operand, op: "Op") -> RowsView:
+        if self.matrix and len(a[SHAPE]) != 2:
+            width = "2N" if self.halves else "K"
+            raise ValueError(f"{self.name} must have 2 dimensions (M, {width}) for {op.name}, got shape "
+                             f"{tuple(a[SHAPE])}")
         return rows_view(a, self.name, self.dtypes, self.what, self.per_element, GROUP_SIZE[op.fmt],
                          f" for {op.name}", self.halves)
 
@@ -90,8 +104,10 @@ class Array:
     ``dtype`` option's dtype), ``"like_row"`` (``(K,)`` in the main input's dtype),
     ``"like_main"`` (the main input's shape, with K values per row, and dtype),
     ``"scalar"`` (one float32, with the scratch space the chosen launch asks for after
-    it: allocated once the launch is known). An ``inplace`` input is written too: it
-    must not overlap the main input or an input before it."""
+    it: allocated once the launch is known), ``"offsets"`` (int32 ``(E + 1,)``: the
+    experts' first rows, an input whose length fixes the geometry's experts). An
+    ``inplace`` input is written too: it must not overlap the main input or an input
+    before it. Under experts, the scales are the experts' blocks."""
 
     name: str
     kind: str
@@ -103,11 +119,15 @@ class Array:
         if self.kind == "codes":
             return g.lead + (g.out_k // 2,)
         if self.kind == "scales":
+            if g.experts:
+                return tiles_shape(128 * g.sf_blocks, g.groups)
             return scales_shape(g.options["sf_layout"], g.lead, g.view.rows, g.groups)
         if self.kind in ("values", "like_main"):
             return g.lead + (g.k,)
         if self.kind == "like_row":
             return (g.k,)
+        if self.kind == "offsets":
+            return (g.experts + 1,)
         return ()
 
     def dtypes(self, g: Geometry) -> tuple[str, ...]:
@@ -119,6 +139,8 @@ class Array:
             return VALUE_DTYPES[g.options["dtype"]]
         if self.kind in ("like_row", "like_main"):
             return SAME_DTYPES[g.view.dtype]
+        if self.kind == "offsets":
+            return OFFSET_DTYPES
         return ("float32",)
 
     def role(self, g: Geometry) -> str:
@@ -135,6 +157,8 @@ class Array:
         if self.kind in ("like_row", "like_main"):
             rows = 1 if self.kind == "like_row" else g.view.rows
             return Extent(rows, g.k, g.k * g.view.itemsize)
+        if self.kind == "offsets":
+            return Extent(1, g.experts + 1, 4 * (g.experts + 1))
         return Extent(g.view.rows, g.groups, 0)
 
     @property
@@ -149,11 +173,13 @@ class TensorScale:
     by the kernel); with ``dynamic``, also the string ``"dynamic"``: the scale is computed
     on the device and returned after the outputs; with ``per_row``, also a device float32
     array of one value per row (shape ``(M,)`` or ``x.shape[:-1]``) and the string
-    ``"dynamic_per_row"``: each row's scale computed and returned, of that shape."""
+    ``"dynamic_per_row"``: each row's scale computed and returned, of that shape. With
+    ``per_expert``, only a device float32 array of one value per expert (``(E,)``)."""
 
     name: str = "tensor_sf"
     dynamic: bool = False
     per_row: bool = False
+    per_expert: bool = False
     doc: str = ""
 
 
@@ -285,6 +311,19 @@ class Op:
     def per_row(self) -> bool:
         return self.tensor_scale is not None and self.tensor_scale.per_row
 
+    @property
+    def per_expert(self) -> bool:
+        return self.tensor_scale is not None and self.tensor_scale.per_expert
+
+    @property
+    def offsets_index(self) -> int | None:
+        """The index among the call's inputs (the main input is 0) of the expert offsets,
+        whose length fixes the geometry's experts; None where the op has none."""
+        for i, array in enumerate(self.inputs, start=1):
+            if array.kind == "offsets":
+                return i
+        return None
+
     def row_shapes(self, g: Geometry) -> tuple[tuple[int, ...], ...]:
         """The shapes a tensor scale per row may have: ``(M,)`` and ``x.shape[:-1]`` (that
         of the computed ones); none where the op takes none."""
@@ -300,8 +339,9 @@ class Op:
             choice.check(value)
         return {choice.name: value for choice, value in zip(self.options, options)}
 
-    def geometry(self, main: Operand, options: tuple) -> Geometry:
-        """The rules on the options and the main input, in the order of their messages."""
+    def geometry(self, main: Operand, options: tuple, experts: int = 0) -> Geometry:
+        """The rules on the options and the main input, in the order of their messages;
+        ``experts``: the count the expert offsets fixed (``arrays.expert_count``), if any."""
         values = self.option_values(options)
         view = self.main.view(main, self)
         k = self.main.k(view)
@@ -309,4 +349,8 @@ class Op:
         for option in self.options:
             if isinstance(option, Width):
                 out_k = padded_width(values[option.name], k, GROUP_SIZE[self.fmt], "N" if self.main.halves else "K")
-        return Geometry(view, self.fmt, k, values, out_k)
+        g = Geometry(view, self.fmt, k, values, out_k, experts)
+        if experts and 128 * g.sf_blocks > MAX_ROWS:
+            raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} experts its scales would take "
+                             f"{128 * g.sf_blocks} rows, at most {MAX_ROWS}")
+        return g

@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable
 
 from ..kernels.spec import Extent
-from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, tensor_scale
+from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, expert_count, expert_scales, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
 from .declare import DYNAMIC, DYNAMIC_PER_ROW, Array, Geometry, Number, Op
 from .plans import plans
@@ -46,8 +46,8 @@ class Plan:
     __slots__ = ("op", "config", "geometry", "view", "empty", "inputs", "outputs", "late", "extents", "fixed",
                  "call", "align_mask", "main_extent", "row_shapes", "launches", "lock")
 
-    def __init__(self, op: Op, main: Operand, options: tuple, config) -> None:
-        g = op.geometry(main, options)
+    def __init__(self, op: Op, main: Operand, options: tuple, config, experts: int = 0) -> None:
+        g = op.geometry(main, options, experts)
         self.op, self.config, self.geometry, self.view = op, config, g, g.view
         self.empty = g.view.empty
         self.inputs = tuple(Buffer(a, g) for a in op.inputs)
@@ -62,6 +62,8 @@ class Plan:
                                               f"{op.main.name}_row_stride": view.row_stride}
         if op.tensor_scale is None:  # the kernels' by-value tensor scale, never read
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)
+        if experts:
+            self.fixed.update(experts=experts, sf_blocks=g.sf_blocks)
         self.fixed.update((c.name, c.launch_value(g.options[c.name])) for c in op.options if isinstance(c, Number))
         # The kernel configs' call fields these options and this input fix.
         self.call = {c.field: g.options[c.name] for c in op.options if c.field is not None}
@@ -100,15 +102,16 @@ def plan_of(op: Op, main: Operand, options: tuple, config) -> Plan:
                                                 options, id(config)))
 
 
-def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple) -> Plan:
-    """``plan_of`` with the key already built (the call path builds it inline)."""
+def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple, experts: int = 0) -> Plan:
+    """``plan_of`` with the key already built (the call path builds it inline); ``experts``:
+    the count the expert offsets fixed (in the key too), for an op with them."""
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable option: its rule says what is wrong with it
         op.option_values(options)
         raise
     if plan is None or plan.config is not config:
-        return plans.put(key, Plan(op, main, options, config))
+        return plans.put(key, Plan(op, main, options, config, experts))
     for value in options:  # equal to the stored plan's: only a str or float of another type breaks a rule
         if type(value) is not str and type(value) is not float:
             op.option_values(options)
@@ -154,8 +157,17 @@ def runner_source(op: Op) -> str:
         f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
         f"    main = as_operand(a0, {op.main.name!r})",
         "    obj, p0, shape, dtype, device, is_torch = main",
+    ]
+    # The expert offsets' length fixes the plan's shapes: read before it, and keyed.
+    counted = op.offsets_index
+    experts = ""
+    if counted is not None:
+        lines += [f"    c{counted} = as_operand(a{counted}, {names[counted]!r})",
+                  f"    experts = expert_count(c{counted}, {names[counted]!r})"]
+        experts = ", experts"
+    lines += [
         "    plan = plan_for(OP, main, options, config, (OP, shape, obj.stride() if is_torch else obj.strides, "
-        "is_torch, dtype, device, options, id(config)))",
+        f"is_torch, dtype, device, options{experts}, id(config)){experts})",
         "    if p0 & plan.align_mask:  # the test is inline, the rule and its message are not",
         f"        check_element_aligned(p0, dtype, {op.main.name!r})",
     ]
@@ -164,12 +176,15 @@ def runner_source(op: Op) -> str:
         lines.append(f"    {unpacked([f'i{i}' for i in range(1, len(names))])} = plan.inputs")
     for i, (name, array) in enumerate(zip(names[1:], ins), start=1):
         written = f", ({', '.join(spans)},)" if array.inplace else ""
-        lines.append(f"    _, p{i} = check_operand(as_operand(a{i}, {name!r}), {name!r}, i{i}.shape, i{i}.dtypes, "
+        operand = f"c{i}" if i == counted else f"as_operand(a{i}, {name!r})"
+        lines.append(f"    _, p{i} = check_operand({operand}, {name!r}, i{i}.shape, i{i}.dtypes, "
                      f"device, i{i}.nbytes{written})")
         spans.append(f"({name!r}, (p{i}, p{i} + i{i}.nbytes))")
     scale = op.tensor_scale
     if scale is None:
         lines.append("    mode = NO_SCALE_MODE")
+    elif op.per_expert:
+        lines.append("    mode, value, scale_ptr = expert_scales(tensor_sf, device, experts)")
     else:
         given = f"mode, value, scale_ptr = tensor_scale(tensor_sf, device{', plan.row_shapes' if op.per_row else ''})"
         lines.append("    if type(tensor_sf) is str:")
@@ -264,6 +279,7 @@ def not_dynamic(op: Op, tensor_sf: str) -> None:
 # The names a runner's source uses besides OP.
 _RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, check_element_aligned=check_element_aligned,
                      check_operand=check_operand, check_pdl=check_pdl, tensor_scale=tensor_scale,
+                     expert_count=expert_count, expert_scales=expert_scales,
                      stream_handle=stream_handle, not_dynamic=not_dynamic, DYNAMIC=DYNAMIC,
                      DYNAMIC_PER_ROW=DYNAMIC_PER_ROW, NO_SCALE_MODE=NO_TENSOR_SCALE[0])
 # The runner's name of the launch mode of each string tensor_sf.

@@ -37,7 +37,8 @@ from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
 ops = torch.ops.fp4q
 
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
-           "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
+           "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "quantize_nvfp4_experts",
+           "silu_and_mul_quantize_nvfp4_experts", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
            "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "schemas"]
 
 
@@ -53,7 +54,8 @@ class Entry:
         for name, sig in SIGNATURES.items():
             base, _, overload = name.partition(".")
             if sig.op is op:
-                kind = sig.dynamic or ("none" if not sig.has_scale else overload or "float")
+                kind = sig.dynamic or ("none" if not sig.has_scale else "Tensor" if op.per_expert
+                                       else overload or "float")
                 self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
         # (index, name, choices) of the options that may be torch dtypes.
         self.dtype_options = tuple((i, c.name, c.choices) for i, c in enumerate(op.options)
@@ -76,7 +78,8 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
             raise ValueError(f"{option} must be {', '.join(map(repr, choices))}, "
                              f"{' or '.join(f'torch.{c}' for c in choices)}, got {value!r}")
         options = (*options[:i], name, *options[i + 1:])
-    if stream is not None or config is not None:
+    # A tensor scale per expert that is no tensor fits no schema: the ops layer says what is wrong.
+    if stream is not None or config is not None or (op.per_expert and not isinstance(tensor_sf, torch.Tensor)):
         return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
     scale: tuple = ()
     if op.tensor_scale is None:
@@ -129,3 +132,5 @@ silu_and_mul_quantize_nvfp4 = _FUNCTIONS["silu_and_mul_quantize_nvfp4"]
 silu_and_mul_quantize_mxfp4 = _FUNCTIONS["silu_and_mul_quantize_mxfp4"]
 rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
 rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
+quantize_nvfp4_experts = _FUNCTIONS["quantize_nvfp4_experts"]
+silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_experts"]

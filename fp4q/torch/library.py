@@ -26,7 +26,7 @@ import threading
 import torch
 
 from ..ops.api import ALL_OPS
-from ..ops.arrays import DEVICE, device_scale, tensor_scale, torch_operand
+from ..ops.arrays import DEVICE, device_expert_scales, device_scale, expert_count, tensor_scale, torch_operand
 from ..ops.checks import check_operand
 from ..ops.declare import DYNAMIC, Number, Op, Width
 from ..ops.engine import Buffer, runner
@@ -215,12 +215,16 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
     Contiguity and overlap, which need addresses or would specialize symbolic sizes, are
     checked when the op runs."""
     main = torch_operand(inputs[0], op.main.name, 0)
-    g = op.geometry(main, options)
+    counted = op.offsets_index
+    experts = 0 if counted is None else expert_count(torch_operand(inputs[counted], "", 0), op.inputs[counted - 1].name)
+    g = op.geometry(main, options, experts)
     device = main[DEVICE]
     for array, value in zip(op.inputs, inputs[1:]):
         spec = Buffer(array, g)
         check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
-    if isinstance(tensor_sf, torch.Tensor):
+    if op.per_expert:  # a Tensor: the schema's type
+        device_expert_scales(torch_operand(tensor_sf, "tensor_sf", 0), device, experts)
+    elif isinstance(tensor_sf, torch.Tensor):
         device_scale(torch_operand(tensor_sf, "tensor_sf", 0), device, op.row_shapes(g))
     elif type(tensor_sf) is float:  # a traced SymFloat is checked when the op runs
         tensor_scale(tensor_sf, device)
@@ -234,6 +238,9 @@ def signatures(op: Op) -> dict[str, Signature]:
     for outs, suffix in [(False, ""), *[(True, s) for _, s in variants]]:
         if op.tensor_scale is None:
             found[op.name + suffix] = Signature(op, None, outs, None)
+            continue
+        if op.per_expert:  # a tensor alone
+            found[op.name + suffix] = Signature(op, "Tensor", outs, None)
             continue
         found[f"{op.name}{suffix}.Tensor"] = Signature(op, "Tensor", outs, None)
         found[f"{op.name}{suffix}"] = Signature(op, "float", outs, None)

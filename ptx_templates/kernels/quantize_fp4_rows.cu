@@ -24,6 +24,12 @@
 //              out_cols values: codes, scale bytes, zeros past x's row
 //              (padded_k) and for a tiled layout's padding groups and rows
 //
+// With EXPERTS (the mixture-of-experts quantizers), the rows are grouped
+// by expert (pipeline/experts.cuh): each CTA first resolves the experts
+// from their device offsets, then writes the zero scales of the scale rows
+// no expert fills and walks the rows the experts own, each under its
+// expert's float32 tensor scale, its scales at its expert's place.
+//
 // Needs x's rows, weight, residual, out and a tiled sf_out 16-byte
 // aligned (the host's rule).
 #define VEC_ELEMS SF_VEC
@@ -31,6 +37,7 @@
 #include "kernels/vector_quantize.cuh"
 #include "numerics/global_scale.cuh"
 #include "numerics/rms_norm.cuh"
+#include "pipeline/experts.cuh"
 #include "ptx/shared_memory.cuh"
 
 constexpr int WORDS = SF_VEC / 2;  // packed pairs of one unit
@@ -39,15 +46,24 @@ constexpr int WARPS = SIMT_THREADS / 32;
 constexpr bool SILU_MUL = PROLOGUE == 1;
 constexpr bool NORMALIZE = PROLOGUE >= 2;
 constexpr bool ADD_RESIDUAL = PROLOGUE == 3;
-// kernels.rows.ROW_SCALES: 0 the launch's tensor scale, 1 a float32 per row, 2 each row's dynamic scale.
+// kernels.rows.ROW_SCALES: 0 the launch's tensor scale, 1 a float32 per row
+// (per expert with EXPERTS), 2 each row's dynamic scale.
 constexpr bool SCALE_PER_ROW = ROW_SCALE == 1;
 constexpr bool SCALE_DYNAMIC_PER_ROW = ROW_SCALE == 2;
+// kernels.rows.SEGMENTS: 0 the rows of one tensor, 1 the rows of experts.
+constexpr bool EXPERTS = SEGMENTS == 1;
 static_assert((WARPS & (WARPS - 1)) == 0 && (ROW_UNITS & (ROW_UNITS - 1)) == 0, "tree levels are powers of two");
+static_assert(!EXPERTS || (FP4Q_SF_SWIZZLED && SCALE_PER_ROW && !NORMALIZE),
+              "experts: swizzled scales, a tensor scale per expert, an element-wise prologue");
 
-// A unit of the row the CTA holds: its row and its index in the row.
+// A unit of the row the CTA holds: its row, its index in the row and the
+// row of its scales.
 struct RowUnit {
     i64 row;
     int col;
+    i64 sf_row;
+
+    FP4Q_DEVICE i64 scale_row() const { return sf_row; }
 };
 
 FP4Q_DEVICE int slot_unit(int s) { return s * SIMT_THREADS + static_cast<int>(threadIdx.x); }
@@ -158,38 +174,83 @@ FP4Q_DEVICE u32 row_amax_bits(const u32 (&h)[ROW_UNITS][WORDS], u32 (&maxima)[WA
     return bits;
 }
 
+// Where a row goes: its row of x and q, the row of its scales and the
+// index of its float32 tensor scale (per row or per expert).
+struct RowPlace {
+    i64 row;
+    i64 sf_row;
+    i64 scale_index;
+};
+
+// The steps of one row: load (with the prologue), normalize, the tensor
+// scale, quantize, store. `partial` and `maxima`: this row's halves of the
+// CTA's reduction buffers (by the parity of the CTA's row count).
+FP4Q_DEVICE void quantize_row(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
+                              const RowwiseStore& store, i64 x_row_stride, i32 rows, i32 cols, i32 out_cols,
+                              float eps, const TensorScale& launch_scale, float* __restrict__ tensor_sf_ptr,
+                              const RowPlace& place, float (&partial)[ROW_UNITS][WARPS], u32 (&maxima)[WARPS]) {
+    u32 h[ROW_UNITS][WORDS];
+    load_row(x, residual, x_row_stride, place.row, cols, h);
+    if constexpr (NORMALIZE) {
+        normalize_row(h, weight, rms_inverse(row_sum_of_squares(h, partial), cols, eps), cols);
+    }
+    TensorScale scale = launch_scale;
+    if constexpr (SCALE_PER_ROW) {
+        scale = tensor_scale_of(ld_global_f32(tensor_sf_ptr + place.scale_index));
+    } else if constexpr (SCALE_DYNAMIC_PER_ROW) {
+        scale = tensor_scale_of(global_scale_of_amax(row_amax_bits(h, maxima)));
+        if (threadIdx.x == 0) tensor_sf_ptr[place.scale_index] = scale.value;
+    }
+    const RoundToNearest quantize{scale};
+    const int units = cols / SF_VEC;
+    const int domain_units = sf_domain_groups(out_cols / SF_VEC);
+#pragma unroll
+    for (int s = 0; s < ROW_UNITS; ++s) {
+        const RowUnit unit{place.row, slot_unit(s), place.sf_row};
+        if (unit.col >= domain_units) continue;
+        store(unit, unit.col < units, rows, out_cols, quantize(h[s]));
+    }
+}
+
+// Zero scales for every scale row no expert fills: in each 128-row block,
+// the rows past the last of its expert's rows (all of them past the last
+// expert's blocks). The blocks are shared out over the CTAs, a block's
+// words over the CTA's threads.
+FP4Q_DEVICE void write_expert_padding(const ExpertTable& table, int experts, u8* __restrict__ sf, i32 sf_blocks,
+                                      int groups) {
+    const u64 block_bytes = static_cast<u64>(sf_domain_groups(groups)) / 4 * 512;
+    for (i32 block = blockIdx.x; block < sf_blocks; block += gridDim.x) {
+        const u32 filled = filled_rows(table, experts, block);
+        if (filled < SF_TILE_ROWS) zero_tile_rows(sf + block * block_bytes, filled, groups, threadIdx.x, SIMT_THREADS);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, ROW_MIN_CTAS)
 fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
-                       u8* __restrict__ out, u8* __restrict__ sf_out, i64 x_row_stride, i32 rows, i32 cols,
-                       i32 out_cols, float eps, float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
+                       const i32* __restrict__ expert_offsets, u8* __restrict__ out, u8* __restrict__ sf_out,
+                       i64 x_row_stride, i32 rows, i32 cols, i32 out_cols, i32 experts, i32 sf_blocks, float eps,
+                       float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
     __shared__ float partial[2][ROW_UNITS][WARPS];
     __shared__ u32 maxima[2][WARPS];
     simt_quantize_prologue();
     const RowwiseStore store{out, sf_out};
-    store.padding(rows, cols, out_cols);
-    const int units = cols / SF_VEC;
-    const int domain_units = sf_domain_groups(out_cols / SF_VEC);
     const TensorScale launch_scale = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     int parity = 0;
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-        u32 h[ROW_UNITS][WORDS];
-        load_row(x, residual, x_row_stride, row, cols, h);
-        if constexpr (NORMALIZE) {
-            normalize_row(h, weight, rms_inverse(row_sum_of_squares(h, partial[parity]), cols, eps), cols);
+    if constexpr (EXPERTS) {
+        __shared__ ExpertTable table;
+        load_experts(table, expert_offsets, experts, rows);
+        write_expert_padding(table, experts, sf_out, sf_blocks, out_cols / SF_VEC);
+        for (i64 row = table.first_row[0] + blockIdx.x; row < table.first_row[experts]; row += gridDim.x, parity ^= 1) {
+            const int e = expert_of_row(table, experts, row);
+            const RowPlace place{row, table.first_sf_row[e] + (row - table.first_row[e]), e};
+            quantize_row(x, weight, residual, store, x_row_stride, rows, cols, out_cols, eps, launch_scale,
+                         tensor_sf_ptr, place, partial[parity], maxima[parity]);
         }
-        TensorScale scale = launch_scale;
-        if constexpr (SCALE_PER_ROW) {
-            scale = tensor_scale_of(ld_global_f32(tensor_sf_ptr + row));
-        } else if constexpr (SCALE_DYNAMIC_PER_ROW) {
-            scale = tensor_scale_of(global_scale_of_amax(row_amax_bits(h, maxima[parity])));
-            if (threadIdx.x == 0) tensor_sf_ptr[row] = scale.value;
-        }
-        const RoundToNearest quantize{scale};
-#pragma unroll
-        for (int s = 0; s < ROW_UNITS; ++s) {
-            const RowUnit unit{row, slot_unit(s)};
-            if (unit.col >= domain_units) continue;
-            store(unit, unit.col < units, rows, out_cols, quantize(h[s]));
+    } else {
+        store.padding(rows, cols, out_cols);
+        for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
+            quantize_row(x, weight, residual, store, x_row_stride, rows, cols, out_cols, eps, launch_scale,
+                         tensor_sf_ptr, RowPlace{row, row, row}, partial[parity], maxima[parity]);
         }
     }
 }

@@ -32,20 +32,27 @@ FP4Q_DEVICE void load_vector(const u16* p, u32 (&w)[4 * VEC_LOADS]) {
     for (int v = 0; v < VEC_LOADS; ++v) ld_global_nc_v4(p + 8 * v, w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
 
+// Zero scales for the rows from `first` on of the row of tiles at
+// `tile_row` (a tiled layout), threads thread, thread + threads, ...
+// sharing them out: they walk the words of those tiles in order (a tile's
+// word w holds the four groups of its row sf_tile_word_row(w)), by shifts
+// and masks instead of a division, and write those rows' words.
+FP4Q_DEVICE void zero_tile_rows(u8* __restrict__ tile_row, u32 first, int groups, u32 thread, u32 threads) {
+    const u32 words = static_cast<u32>(sf_domain_groups(groups)) / 4 * SF_TILE_ROWS;
+    for (u32 i = thread; i < words; i += threads) {
+        if (sf_tile_word_row(i % SF_TILE_ROWS) >= first) st_global_u32(tile_row + 4 * static_cast<u64>(i), 0u);
+    }
+}
+
 // Zero scales for the rows from `rows` up to the next whole tile of the
-// layout (its padding), all in the last row of tiles. The grid walks the
-// words of those tiles in order (a tile's word w holds the four groups of
-// its row sf_tile_word_row(w)), by shifts and masks instead of a division,
-// and writes the padding rows' words.
+// layout (its padding), all in the last row of tiles, shared out over the
+// grid.
 FP4Q_DEVICE void write_padding_scales(u8* __restrict__ sf, i32 rows, int groups) {
     if constexpr (SF_TILE_ROWS > 1) {
         const u32 first_padding_row = static_cast<u32>(rows) % SF_TILE_ROWS;
         if (first_padding_row == 0) return;
-        const u32 words = static_cast<u32>(sf_domain_groups(groups)) / 4 * SF_TILE_ROWS;
         u8* tile_row = sf + sf_index(rows - static_cast<i32>(first_padding_row), 0, groups);
-        for (u32 i = grid_thread(); i < words; i += grid_threads()) {
-            if (sf_tile_word_row(i % SF_TILE_ROWS) >= first_padding_row) st_global_u32(tile_row + 4 * static_cast<u64>(i), 0u);
-        }
+        zero_tile_rows(tile_row, first_padding_row, groups, grid_thread(), grid_threads());
     }
 }
 
@@ -73,7 +80,8 @@ struct RowwiseStore {
         write_padding_codes<8>(q, rows, cols, out_cols);
     }
 
-    // unit: a RowWalk, or any (row, col) pair of a unit.
+    // unit: a RowWalk, or any (row, col) pair of a unit with the row of its
+    // scales (scale_row()).
     template <typename Unit>
     FP4Q_DEVICE void operator()(const Unit& unit, bool live, i32 rows, i32 cols,
                                 const QuantizedRun<SF_VEC, 4 * VEC_LOADS>& out) const {
@@ -89,7 +97,7 @@ struct RowwiseStore {
             }
         }
         if (unit.row < rows && unit.col % THREADS_PER_GROUP == 0) {
-            u8* dst = sf + sf_index(unit.row, unit_group(unit.col), groups);
+            u8* dst = sf + sf_index(unit.scale_row(), unit_group(unit.col), groups);
             const u32 bytes = live ? out.sf : 0u;
             if constexpr (UNIT_GROUPS == 2 && SF_TILE_GROUPS == 4) {
                 // Both bytes in one store (an even group: 2-byte aligned in the 16-byte aligned

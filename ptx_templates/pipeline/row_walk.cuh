@@ -38,6 +38,9 @@ struct RowWalk {
           row_step(div.quotient(stride)),
           col_step(static_cast<int>(stride - div.quotient(stride) * div.d)) {}
 
+    // The scale row of the unit's groups: its row.
+    FP4Q_DEVICE i64 scale_row() const { return row; }
+
     FP4Q_DEVICE void advance() {
         row += row_step;
         col += col_step;

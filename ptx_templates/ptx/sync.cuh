@@ -20,6 +20,13 @@ FP4Q_DEVICE float shfl_sync_bfly_b32(float v, u32 lane_mask) {
     return d;
 }
 
+// The value of lane - delta of a full warp (lanes below delta keep their own).
+FP4Q_DEVICE u32 shfl_sync_up_b32(u32 v, u32 delta) {
+    u32 d;
+    asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(d) : "r"(v), "r"(delta));
+    return d;
+}
+
 // Whether `p` holds on any lane of a full warp.
 FP4Q_DEVICE bool vote_sync_any_pred(bool p) {
     u32 d;

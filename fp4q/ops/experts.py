@@ -1,0 +1,77 @@
+"""The mixture-of-experts quantizers, declared: the rows of each expert under its own
+tensor scale, its scales in 128-row blocks of their own (vLLM's per-expert contract),
+in one launch of the row kernel for every expert (``segments="experts"``).
+
+The offsets stay on the device: the outputs are sized by the most scale blocks any
+routing fills (``numerics.experts.experts_sf_blocks``), every CTA resolves the offsets
+itself (``ptx_templates/pipeline/experts.cuh``), so a call needs no host
+synchronization and a CUDA graph replays with any routing. The numerics and the
+resolution of bad offsets are NVFP4_SPEC.md's, "The project's exact sequences: experts
+and batches".
+"""
+
+from __future__ import annotations
+
+from ..kernels.rows import MAX_EXPERTS, longest_row
+from .arrays import INPUT_DTYPES
+from .declare import Array, Choice, Op, Rows, TensorScale
+from .global_scale import INPUT_WHAT
+from .quantize import OUT
+from .rows import ROW_KERNELS
+
+X = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", matrix=True,
+         doc="bf16 (or fp16) ``(M, K)``, the rows of each expert consecutive; rows may be strided")
+GATE_UP = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", halves=True, matrix=True,
+               doc="bf16 (or fp16) ``(M, 2N)``, the rows of each expert consecutive: ``gate = x[:, :N]``, "
+                   "``up = x[:, N:]``")
+EXPERT_OFFSETS = Array("expert_offsets", "offsets", output=False,
+                       doc=f"device int32 ``(E + 1,)``, ``1 <= E <= {MAX_EXPERTS}``: expert ``e`` owns rows "
+                           "``[expert_offsets[e], expert_offsets[e + 1])``; read on the device only (values are "
+                           "clamped into ``[0, M]`` and made non-decreasing there, never an error)")
+SCALE = TensorScale(per_expert=True, doc="device float32 ``(E,)``: ``tensor_sf[e]`` is expert ``e``'s "
+                                         "``448 * 6 / amax``")
+SF_LAYOUT = Choice("sf_layout", ("swizzled",), "swizzled", "sf_layout",
+                   doc='``"swizzled"``, the only layout: each expert\'s scales are 128x4 blocks of their own, '
+                       "as a grouped block-scaled GEMM reads them")
+SF_OUT = Array("sf_out", "scales",
+               doc="e4m3 scale bytes ``(P, ceil(K / 64), 32, 4, 4)``, ``P = min(M, (M + 127 * E) // 128)``: "
+                   "expert ``e``'s from 128-row block ``sum(ceil(n_i / 128) for i < e)`` on, every other byte 0")
+EXPERTS = {"segments": "experts"}
+RETURNS = """Returns ``(q, sf)``. ``q`` row ``r`` is ``x`` row ``r``'s codes; rows no expert owns
+are neither read nor written. ``sf`` holds expert ``e``'s scales from 128-row block
+``sum(ceil(n_i / 128) for i < e)`` on (vLLM's ``blockscale_offsets``), computed on the
+device from the offsets, and zeros in every other byte, on every call. With ``E = 1`` and
+offsets ``(0, M)`` this is ``quantize_nvfp4(x, tensor_sf[0])`` byte for byte."""
+
+QUANTIZE_NVFP4_EXPERTS = Op(
+    name="quantize_nvfp4_experts",
+    summary="The rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
+    doc=f"""Each row of expert ``e`` is quantized as ``quantize_nvfp4`` would with
+``tensor_sf[e]``. {RETURNS} Rows of up to K = {longest_row("nvfp4")} elements; no host
+synchronization, so the call can be captured in a CUDA graph and replayed with other
+offsets.""",
+    fmt="nvfp4",
+    main=X,
+    inputs=(EXPERT_OFFSETS,),
+    tensor_scale=SCALE,
+    options=(SF_LAYOUT,),
+    outputs=(OUT, SF_OUT),
+    kernels=ROW_KERNELS,
+    call=EXPERTS,
+)
+
+SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS = Op(
+    name="silu_and_mul_quantize_nvfp4_experts",
+    summary="SiLU·mul of the rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
+    doc=f"""``h = dtype(silu(gate) * up)`` of each row an expert owns (the spec's exact sequence,
+as ``silu_and_mul_quantize_nvfp4``), quantized as ``quantize_nvfp4_experts(h, ...)`` would:
+``q`` is ``(M, N // 2)``. {RETURNS} Rows of up to N = {longest_row("nvfp4")} elements.""",
+    fmt="nvfp4",
+    main=GATE_UP,
+    inputs=(EXPERT_OFFSETS,),
+    tensor_scale=SCALE,
+    options=(SF_LAYOUT,),
+    outputs=(OUT, SF_OUT),
+    kernels=ROW_KERNELS,
+    call={**EXPERTS, "prologue": "silu_mul"},
+)
