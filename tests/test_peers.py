@@ -201,6 +201,53 @@ def test_silu_and_mul_drop_ins_bytes():
     assert_bytes_equal(scale.view(torch.uint8).cpu().numpy().reshape(-1), want_sf.reshape(-1), "vLLM scale")
 
 
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("m, k, experts, blocks", [(300, 256, 8, 10), (5, 7168, 64, 5)])
+def test_vllm_experts_shapes(fake, silu, m, k, experts, blocks):
+    op = peers.silu_and_mul_scaled_fp4_experts_quant if silu else ft.scaled_fp4_experts_quant
+    offsets = fake_cuda((experts + 1,), torch.int32)
+    q, sf = op(fake_cuda((m, 2 * k if silu else k)), fake_cuda((experts,), torch.float32), offsets,
+               torch.empty_like(offsets), 8)
+    assert meta(q) == ((m, k // 2), torch.uint8)
+    assert meta(sf) == ((128 * blocks, round_up(k // 16, 4)), torch.float8_e4m3fn)
+
+
+def test_vllm_experts_rules(fake):
+    x, offsets, tsf = fake_cuda((6, 64)), fake_cuda((3,), torch.int32), fake_cuda((2,), torch.float32)
+    with pytest.raises(ValueError, match=r"^input_tensor must be 2-D \(m_topk, k\), got shape \(2, 3, 64\)$"):
+        ft.scaled_fp4_experts_quant(fake_cuda((2, 3, 64)), tsf, offsets, offsets, 1)
+    with pytest.raises(ValueError, match=r"^topk must be an int >= 1, got 0$"):
+        ft.scaled_fp4_experts_quant(x, tsf, offsets, offsets, 0)
+    with pytest.raises(ValueError, match=r"^blockscale_offsets must be a tensor of expert_offsets' shape \(3,\), "
+                                         r"got \(4,\)$"):
+        ft.scaled_fp4_experts_quant(x, tsf, offsets, fake_cuda((4,), torch.int32), 1)
+    with pytest.raises(ValueError, match=r"^half the last dimension of input_tensor must be a multiple of 16, got 8$"):
+        ft.silu_and_mul_scaled_fp4_experts_quant(fake_cuda((6, 16)), tsf, offsets, offsets, 1)
+
+
+@gpu
+def test_vllm_experts_bytes():
+    rng = np.random.default_rng(6)
+    m, k = 300, 256
+    counts = rng.multinomial(m, np.ones(8) / 8)
+    offsets_host = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    tsf_host = (2.0 ** rng.uniform(-8, 8, 8)).astype(np.float32)
+    offsets, tsf = torch.from_numpy(offsets_host).cuda(), torch.from_numpy(tsf_host).cuda()
+    # vLLM's blockscale_offsets, as its callers compute them: a read of fp4q's bytes at those rows.
+    blockscale = torch.from_numpy(np.concatenate([[0], np.cumsum(-(-counts // 128) * 128)]).astype(np.int32)).cuda()
+    for silu in (False, True):
+        bits = mixed_groups((m, 2 * k if silu else k), rng)
+        op = ft.silu_and_mul_scaled_fp4_experts_quant if silu else ft.scaled_fp4_experts_quant
+        want = (reference.silu_and_mul_quantize_nvfp4_experts if silu else reference.quantize_nvfp4_experts)(
+            bits, offsets_host, tsf_host)
+        q, sf = op(_cuda(bits), tsf, offsets, blockscale, 8)
+        assert_bytes_equal(_bytes(q), want[0], f"q silu={silu}")
+        assert_bytes_equal(_bytes(sf).reshape(-1), want[1].reshape(-1), f"sf silu={silu}")
+        for e in range(8):
+            rows = want[1].reshape(-1, 4 * round_up(k // 64, 1))[blockscale[e].item():][:counts[e]]
+            assert_bytes_equal(_bytes(sf)[blockscale[e].item():][:counts[e]], rows, f"expert {e}")
+
+
 def _engine_calls(x, t, result, scale):
     q, sf = peers.fp4_quantize(x, t)
     qm, sfm = peers.fp4_quantize(x, sf_vec_size=32, sf_use_ue8m0=True, is_sf_swizzled_layout=False)

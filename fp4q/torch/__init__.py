@@ -1,6 +1,7 @@
 """fp4q in PyTorch: the ops as ``torch.ops.fp4q.*``, Python wrappers that return
-torch tensors, and vLLM's ``scaled_fp4_quant`` and ``silu_and_mul_nvfp4_quant`` (``fp4q.torch.peers``
-has those and FlashInfer's calls).
+torch tensors, and vLLM's ``scaled_fp4_quant``, ``silu_and_mul_nvfp4_quant``,
+``scaled_fp4_experts_quant`` and ``silu_and_mul_scaled_fp4_experts_quant``
+(``fp4q.torch.peers`` has those and FlashInfer's calls).
 
 ``import fp4q.torch`` registers the ops (``import fp4q`` never imports torch).
 Every op runs fp4q's one call path (``fp4q.ops``: the same rules, plans and
@@ -32,14 +33,16 @@ from ..ops.declare import Choice, Op
 from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
-from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
+from .peers import (scaled_fp4_experts_quant, scaled_fp4_quant, silu_and_mul_nvfp4_quant,
+                    silu_and_mul_scaled_fp4_experts_quant)
 
 ops = torch.ops.fp4q
 
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
            "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "quantize_nvfp4_experts",
            "silu_and_mul_quantize_nvfp4_experts", "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
-           "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "schemas"]
+           "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "scaled_fp4_experts_quant",
+           "silu_and_mul_scaled_fp4_experts_quant", "schemas"]
 
 
 class Entry:

@@ -1,5 +1,6 @@
-"""Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant`` and
-``silu_and_mul_nvfp4_quant``; FlashInfer's ``fp4_quantize``, ``nvfp4_quantize``,
+"""Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant``,
+``silu_and_mul_nvfp4_quant``, ``scaled_fp4_experts_quant`` and
+``silu_and_mul_scaled_fp4_experts_quant``; FlashInfer's ``fp4_quantize``, ``nvfp4_quantize``,
 ``silu_and_mul_nvfp4_quantize``, ``rmsnorm_fp4quant`` and ``add_rmsnorm_fp4quant``. Each has
 the peer's call shape (name, argument order, defaults, dtypes, output shapes) on fp4q's
 registered ops, so the bits are the spec's.
@@ -154,6 +155,46 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
     ops.silu_and_mul_quantize_nvfp4_out.Tensor(input, _global_scale(input_global_scale, "input_global_scale"),
                                                result, _bytes_as(scale, rows // 128, cols // 4, 32, 4, 4),
                                                "swizzled", True)
+
+
+def _experts(op, input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk, halves: bool):
+    """vLLM's per-expert quantizers on fp4q's: the scales as vLLM's 2-D float8_e4m3fn view
+    ``(128 * P, 4 * ceil(G / 4))`` of fp4q's blocks."""
+    _require_input(input_tensor, "input_tensor", 16, halves)
+    if input_tensor.dim() != 2:
+        raise ValueError(f"input_tensor must be 2-D (m_topk, {'2k' if halves else 'k'}), got shape "
+                         f"{tuple(input_tensor.shape)}")
+    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
+        raise ValueError(f"topk must be an int >= 1, got {topk!r}")
+    if not isinstance(blockscale_offsets, torch.Tensor) or blockscale_offsets.shape != expert_offsets.shape:
+        got = tuple(blockscale_offsets.shape) if isinstance(blockscale_offsets, torch.Tensor) else blockscale_offsets
+        raise ValueError(f"blockscale_offsets must be a tensor of expert_offsets' shape {tuple(expert_offsets.shape)}, "
+                         f"got {got!r}")
+    q, sf = op(input_tensor, expert_offsets, input_global_scale, "swizzled", True, False)
+    return q, _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
+
+
+def scaled_fp4_experts_quant(input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk):
+    """vLLM's ``scaled_fp4_experts_quant``: the rows of each expert of ``input_tensor``
+    ``(m_topk, k)`` (bf16 or fp16, grouped by expert, ``expert_offsets`` int32 ``(E + 1,)``)
+    quantized to NVFP4 under ``input_global_scale[e]`` (float32 ``(E,)``, ``448 * 6 / amax``).
+    Returns ``(output, output_scales)``: uint8 ``(m_topk, k // 2)`` and float8_e4m3fn
+    ``(128 * P, 4 * ceil(k / 64))``, ``P = min(m_topk, (m_topk + 127 * E) // 128)``, expert
+    ``e``'s scales from row ``blockscale_offsets[e]`` on, as vLLM's view of its larger buffer
+    reads them. fp4q computes those offsets on the device (for valid offsets, vLLM's
+    ``blockscale_offsets``); ``blockscale_offsets`` (its shape checked) and ``topk`` (which
+    vLLM uses to size its buffer) are not read. Every padding byte is 0x00."""
+    return _experts(ops.quantize_nvfp4_experts.default, input_tensor, input_global_scale, expert_offsets,
+                    blockscale_offsets, topk, False)
+
+
+def silu_and_mul_scaled_fp4_experts_quant(input_tensor, input_global_scale, expert_offsets, blockscale_offsets,
+                                          topk):
+    """vLLM's ``silu_and_mul_scaled_fp4_experts_quant``: as ``scaled_fp4_experts_quant`` of
+    the SiLU·mul of ``input_tensor`` ``(m_topk, 2k)`` (gate first): ``output`` uint8
+    ``(m_topk, k // 2)``, ``output_scales`` ``(128 * P, 4 * ceil(k / 64))``."""
+    return _experts(ops.silu_and_mul_quantize_nvfp4_experts.default, input_tensor, input_global_scale,
+                    expert_offsets, blockscale_offsets, topk, True)
 
 
 # ------------------------------------------------------------------------------------- FlashInfer
