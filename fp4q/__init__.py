@@ -25,8 +25,9 @@ from .numerics.layouts import sf_8x4_shape, swizzle_sf, swizzle_sf_8x4, swizzled
 from .kernels.rows import RowConfig
 from .numerics.experts import experts_sf_shape
 from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
-                      quantize_nvfp4_experts, rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4,
-                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4, silu_and_mul_quantize_nvfp4_experts)
+                      quantize_nvfp4_batched, quantize_nvfp4_experts, rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4,
+                      silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4, silu_and_mul_quantize_nvfp4_batched,
+                      silu_and_mul_quantize_nvfp4_experts)
 
 __all__ = [
     "__version__",
@@ -38,6 +39,8 @@ __all__ = [
     "rms_norm_quantize_mxfp4",
     "quantize_nvfp4_experts",
     "silu_and_mul_quantize_nvfp4_experts",
+    "quantize_nvfp4_batched",
+    "silu_and_mul_quantize_nvfp4_batched",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",

@@ -1,6 +1,8 @@
 """The mixture-of-experts quantizers: quantize_nvfp4_experts and
 silu_and_mul_quantize_nvfp4_experts, the rows of each expert under its own tensor scale
-and its scales in 128-row blocks of their own, in one launch of the row kernel.
+and its scales in 128-row blocks of their own, in one launch of the row kernel; and the
+masked batches, quantize_nvfp4_batched and silu_and_mul_quantize_nvfp4_batched (with and
+without valid_rows).
 
 On the GPU: byte for byte against fp4q.reference for every routing (uniform, one hot
 expert, many empty experts, one-token experts, every token in one expert, E = 1 equal to
@@ -213,7 +215,146 @@ def test_torch_ops_and_a_graph_replayed_with_new_offsets():
         check_all(captured, routed)
 
 
+def check_batches(cp, x_host, tensor_sf, valid_rows=None, *, silu=False, out=None, sf_out=None, what=""):
+    """The batched op on the device against the reference: rows at or past a batch's count keep
+    what ``out`` held, every other byte is the reference's."""
+    b, m = x_host.shape[:2]
+    k = x_host.shape[2] // 2 if silu else x_host.shape[2]
+    op = fp4q.silu_and_mul_quantize_nvfp4_batched if silu else fp4q.quantize_nvfp4_batched
+    want_op = reference.silu_and_mul_quantize_nvfp4_batched if silu else reference.quantize_nvfp4_batched
+    if out is None:
+        out = cp.full((b, m, k // 2), SENTINEL, cp.uint8)
+    held = cp.asnumpy(out)
+    got = op(cp.asarray(x_host), cp.asarray(tensor_sf), valid_rows=None if valid_rows is None else
+             cp.asarray(valid_rows), out=out, sf_out=sf_out)
+    want_q, want_sf = want_op(x_host, tensor_sf, valid_rows)
+    cp.cuda.get_current_stream().synchronize()
+    counts = np.full(b, m) if valid_rows is None else np.clip(valid_rows.astype(np.int64), 0, m)
+    unread = np.arange(m)[None, :] >= counts[:, None]
+    want_q[unread] = held[unread]
+    assert_bytes_equal(cp.asnumpy(got[0]), want_q, f"q {what}")
+    assert_bytes_equal(cp.asnumpy(got[1]), want_sf, f"sf {what}")
+
+
+@gpu
+@pytest.mark.parametrize("batches, m", [(1, 1), (4, 130), (64, 40), (3, 300)])
+@pytest.mark.parametrize("silu", [False, True])
+def test_batches(batches, m, silu):
+    import cupy as cp
+
+    rng = np.random.default_rng(batches * m)
+    k = 512
+    x = rows_of(batches * m, 2 * k if silu else k, rng).reshape(batches, m, -1)
+    tsf = scales_of(batches, rng)
+    check_batches(cp, x, tsf, silu=silu, what="every row")
+    counts = rng.integers(0, m + 1, batches).astype(np.int32)
+    counts[: min(batches, 4)] = np.array([0, m, m + 7, -3], np.int32)[: min(batches, 4)]
+    check_batches(cp, x, tsf, counts, silu=silu, what=f"counts {counts[:6]}")
+
+
+@gpu
+def test_batches_are_quantize_nvfp4_of_each_batch_and_reuse_buffers():
+    import cupy as cp
+
+    rng = np.random.default_rng(12)
+    x = cp.asarray(rows_of(3 * 200, 256, rng).reshape(3, 200, 256))
+    tsf = cp.asarray(scales_of(3, rng))
+    q, sf = fp4q.quantize_nvfp4_batched(x, tsf)
+    for b in range(3):
+        want = fp4q.quantize_nvfp4(x[b], tsf[b:b + 1])
+        assert_bytes_equal(cp.asnumpy(q[b]), cp.asnumpy(want[0]), f"q[{b}]")
+        assert_bytes_equal(cp.asnumpy(sf[b]), cp.asnumpy(want[1]), f"sf[{b}]")
+    sf_reused = cp.full(sf.shape, 0xEE, cp.uint8)
+    check_batches(cp, cp.asnumpy(x), cp.asnumpy(tsf), np.array([5, 0, 199], np.int32), sf_out=sf_reused,
+                  what="reused")
+
+
+@gpu
+def test_torch_batches_and_a_graph_replayed_with_new_counts():
+    torch = pytest.importorskip("torch")
+    import fp4q.torch as ft
+
+    rng = np.random.default_rng(13)
+    x_host = rows_of(4 * 150, 2 * 256, rng).reshape(4, 150, 512)
+    tsf_host = scales_of(4, rng)
+    x = torch.from_numpy(x_host.view(np.int16)).cuda().view(torch.bfloat16)
+    tsf = torch.from_numpy(tsf_host).cuda()
+    counts = torch.zeros(4, dtype=torch.int32, device="cuda")
+
+    def every_form():
+        return (*ft.quantize_nvfp4_batched(x[..., :256], tsf, valid_rows=counts),
+                *ft.silu_and_mul_quantize_nvfp4_batched(x, tsf, valid_rows=counts, fp4_dtype=True))
+
+    def check_all(got, valid):
+        q_out = reference.quantize_nvfp4_batched(np.ascontiguousarray(x_host[..., :256]), tsf_host, valid)
+        h_out = reference.silu_and_mul_quantize_nvfp4_batched(x_host, tsf_host, valid)
+        unread = np.arange(150)[None, :] >= np.clip(valid, 0, 150)[:, None]
+        for i, (g, want) in enumerate(zip(got, (*q_out, *h_out))):
+            g = g.cpu().view(torch.uint8).numpy()
+            if i % 2 == 0:  # q: rows past the count are not written
+                want = want.copy()
+                want[unread] = g[unread]
+            assert_bytes_equal(g, want, f"output {i}")
+
+    first = np.array([150, 3, 0, 77], np.int32)
+    counts.copy_(torch.from_numpy(first))
+    check_all(every_form(), first)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = every_form()
+    for valid in (np.array([1, 150, 149, 0], np.int32), np.array([-1, 200, 64, 128], np.int32)):
+        counts.copy_(torch.from_numpy(valid))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_all(captured, valid)
+
+
 # ---------------------------------------------------------------- on any machine
+def test_batch_rules(cp):
+    x = cp.asarray(np.zeros((4, 6, 64), np.uint16))
+    tsf = cp.asarray(np.ones(4, np.float32))
+    op = fp4q.quantize_nvfp4_batched
+    with pytest.raises(ValueError, match=r"^x must have 3 dimensions \(B, M, K\) for quantize_nvfp4_batched, got shape "
+                                         r"\(24, 64\)$"):
+        op(x.reshape(24, 64), tsf)
+    with pytest.raises(ValueError, match=r"^x must have 3 dimensions \(B, M, K\) for quantize_nvfp4_batched_masked"):
+        op(x.reshape(24, 64), tsf, valid_rows=cp.asarray(np.zeros(4, np.int32)))
+    with pytest.raises(ValueError, match=r"^tensor_sf must be a device float32 array of shape \(B,\) = \(4,\), one scale "
+                                         r"per batch, got dtype float32 shape \(1,\)$"):
+        op(x, cp.asarray(np.ones(1, np.float32)))
+    with pytest.raises(TypeError, match=r"^tensor_sf must be a device float32 array of shape \(B,\) = \(4,\), one scale "
+                                        r"per batch, got 2.0 \(float\)$"):
+        op(x, 2.0)
+    with pytest.raises(TypeError, match=r"^valid_rows must have dtype int32, got int64$"):
+        op(x, tsf, valid_rows=cp.asarray(np.zeros(4, np.int64)))
+    with pytest.raises(ValueError, match=r"^valid_rows must have shape \(4,\), got \(3,\)$"):
+        op(x, tsf, valid_rows=cp.asarray(np.zeros(3, np.int32)))
+    with pytest.raises(ValueError, match=r"^x must have at most 1024 batches \(B\) for quantize_nvfp4_batched, got 1025$"):
+        op(cp.asarray(np.zeros((1025, 1, 64), np.uint16)), cp.asarray(np.ones(1025, np.float32)))
+    with pytest.raises(ValueError, match=r"^x must have 3 dimensions \(B, M, 2N\) for "
+                                         r"silu_and_mul_quantize_nvfp4_batched"):
+        fp4q.silu_and_mul_quantize_nvfp4_batched(x[0], tsf)
+    if fakes.active is not None:
+        assert fakes.active.launches == []
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_the_batch_launch(cp, counted):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = cp.asarray(np.zeros((5, 300, 2048), np.uint16))
+    tsf = cp.asarray(np.ones(5, np.float32))
+    counts = cp.asarray(np.zeros(5, np.int32)) if counted else None
+    q, sf = fp4q.quantize_nvfp4_batched(x, tsf, valid_rows=counts)
+    assert q.shape == (5, 300, 1024) and sf.shape == (5, 3, 32, 32, 4, 4)
+    launch = fakes.active.launches[-1]
+    constants = dict(launch["spec"].constants)
+    assert (constants["SEGMENTS"], constants["ROW_SCALE"]) == (2, 1)
+    args = launch["args"]
+    assert (args["rows"], args["experts"], args["batch_rows"], args["sf_blocks"]) == (1500, 5, 300, 15)
+    assert args["valid_rows"] == (counts.data.ptr if counted else 0) and args["expert_offsets"] == 0
+
+
 def test_rules(cp):
     x = cp.asarray(np.zeros((6, 64), np.uint16))
     offsets = cp.asarray(np.array([0, 3, 6], np.int32))

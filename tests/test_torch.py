@@ -70,7 +70,10 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
                for fmt, overload in (("nvfp4", "Tensor"), ("nvfp4", "default"), ("mxfp4", "default"))],
              *[(f"{op}_dynamic_per_row{out}", "default") for op in PER_ROW_OPS for out in ("", "_out")],
              # A tensor scale per expert is a tensor alone: one overload.
-             *[(f"{op}{out}", "default") for op in ("quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts")
+             *[(f"{op}{out}", "default") for op in ("quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
+                                                    "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
+                                                    "quantize_nvfp4_batched_masked",
+                                                    "silu_and_mul_quantize_nvfp4_batched_masked")
                for out in ("", "_out")]]
 
 
@@ -94,7 +97,7 @@ def test_schemas():
         elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
-            tensor = overload == "Tensor" or name.endswith(("_experts", "_experts_out"))
+            tensor = overload == "Tensor" or "_experts" in name or "_batched" in name
             assert str(scale[0].type) == ("Tensor" if tensor else "float"), schema
         else:
             assert not scale, schema
@@ -345,7 +348,7 @@ def _every_op(x, t, y):
     v = ft.scaled_fp4_quant(x, t)
     # The dynamic scale with out= given: one op, quantize_nvfp4_dynamic_out.
     q4, sf4, scale4 = ft.quantize_nvfp4(x, "dynamic", out=torch.empty_like(q), sf_out=torch.empty_like(sf))
-    # SiLU·mul of x's two halves, every form.
+    # SiLU·mul of x's ones halves, every form.
     s = _silu_ops(x, t)
     hq, hsf, mq, msf = s[0], s[1], s[7], s[8]
     s += ft.silu_and_mul_quantize_nvfp4(x, t, out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
@@ -363,8 +366,21 @@ def _experts_ops(x):
     q, sf = ft.quantize_nvfp4_experts(x, offsets, scales)
     out = [q, sf, *ft.quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(q), sf_out=torch.empty_like(sf))]
     hq, hsf = ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, fp4_dtype=True)
-    return out + [hq, hsf, *ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(hq),
-                                                                   sf_out=torch.empty_like(hsf))]
+    out += [hq, hsf, *ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(hq),
+                                                             sf_out=torch.empty_like(hsf))]
+    # The masked batches: x as batches of ones rows (M even in every shape traced; B = M / 2 keeps
+    # every symbolic size above 1).
+    b = x.shape[0] // 2
+    xb, counts = x.view(b, 2, x.shape[1]), x.new_zeros((b,), dtype=torch.int32)
+    ones = x.new_ones((b,), dtype=torch.float32)
+    for valid in (None, counts):
+        bq, bsf = ft.quantize_nvfp4_batched(xb, ones, valid_rows=valid)
+        out += [bq, bsf, *ft.quantize_nvfp4_batched(xb, ones, valid_rows=valid, out=torch.empty_like(bq),
+                                                    sf_out=torch.empty_like(bsf))]
+        hq, hsf = ft.silu_and_mul_quantize_nvfp4_batched(xb, ones, valid_rows=valid)
+        out += [hq, hsf, *ft.silu_and_mul_quantize_nvfp4_batched(xb, ones, valid_rows=valid, out=torch.empty_like(hq),
+                                                                 sf_out=torch.empty_like(hsf))]
+    return out
 
 
 def _per_row_ops(x, residual):
@@ -401,7 +417,7 @@ def _rms_norm_ops(x, t, residual):
 
 
 def _silu_ops(x, t):
-    """The functional forms of the SiLU·mul quantizers on x's two halves."""
+    """The functional forms of the SiLU·mul quantizers on x's ones halves."""
     return (*ft.silu_and_mul_quantize_nvfp4(x, t), *ft.silu_and_mul_quantize_nvfp4(x, 1.5, sf_layout="linear"),
             *ft.silu_and_mul_quantize_nvfp4(x, "dynamic", fp4_dtype=True), *ft.silu_and_mul_quantize_mxfp4(x, mode="floor"))
 
@@ -558,7 +574,7 @@ def _opcheck_samples():
         (ops.quantize_nvfp4_dynamic.default, (x,)), (ops.quantize_nvfp4_dynamic.default, (x, "linear", False, True)),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(q), torch.empty_like(sf))),
         (ops.quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(ql), torch.empty_like(sfl), "linear", False)),
-        # SiLU·mul of x's two halves (N = 64).
+        # SiLU·mul of x's ones halves (N = 64).
         (ops.silu_and_mul_quantize_nvfp4.default, (x, 0.5)), (ops.silu_and_mul_quantize_nvfp4.Tensor, (x, t, "linear")),
         (ops.silu_and_mul_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(hq), torch.empty_like(hsf))),
         (ops.silu_and_mul_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(hq), torch.empty_like(hsf))),

@@ -29,18 +29,19 @@ ROW_UNITS = {"nvfp4": (1, 2, 4, 8), "mxfp4": (1, 2, 4)}
 ROW_WAVES = 4
 
 ROW_QUANTIZE_PARAMS = params(
-    ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("expert_offsets", "ptr"), ("out", "ptr"),
-    ("sf_out", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("out_cols", "i32"),
-    ("experts", "i32"), ("sf_blocks", "i32"), ("eps", "f32"), ("tensor_sf_value", "f32"),
-    ("tensor_sf_ptr", "ptr"),
+    ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("expert_offsets", "ptr"), ("valid_rows", "ptr"),
+    ("out", "ptr"), ("sf_out", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"),
+    ("out_cols", "i32"), ("experts", "i32"), ("batch_rows", "i32"), ("sf_blocks", "i32"), ("eps", "f32"),
+    ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
 )
 # The templates' ROW_SCALE per tensor_sf_mode: the launch's scale (by value or pointer), a float32
 # per row (or per expert) read, each row's dynamic scale written.
 ROW_SCALES = {"value": 0, "pointer": 0, ROW_TENSOR_SF_MODES[0]: 1, ROW_TENSOR_SF_MODES[1]: 2, PER_EXPERT: 1}
-# How the rows are grouped (the templates' SEGMENTS): the rows of one tensor, or of experts, each
-# expert's rows consecutive and its scales in 128-row blocks of its own (pipeline/experts.cuh).
-SEGMENTS = ("none", "experts")
-# The most experts a launch resolves: every CTA holds their rows and scale rows in shared memory.
+# How the rows are grouped (the templates' SEGMENTS): the rows of one tensor, of experts (by
+# offsets) or of batches (of equal rows, with counts), each segment's rows consecutive and its
+# scales in 128-row blocks of its own (pipeline/segments.cuh).
+SEGMENTS = ("none", "experts", "batches")
+# The most experts (or batches) a launch resolves: every CTA holds their rows in shared memory.
 MAX_EXPERTS = 1024
 
 
@@ -61,13 +62,13 @@ class RowConfig(CallFields):
         check_choice("threads", self.threads, (ROW_THREADS,))
         check_choice("row_units", self.row_units, ROW_UNITS[self.fmt])
         check_choice("segments", self.segments, SEGMENTS)
-        experts = self.segments == "experts"
-        require(experts == (self.tensor_sf_mode == PER_EXPERT),
-                f"tensor_sf_mode={PER_EXPERT!r} goes with segments='experts' and only with it, got "
+        segmented = self.segments != "none"
+        require(segmented == (self.tensor_sf_mode == PER_EXPERT),
+                f"tensor_sf_mode={PER_EXPERT!r} goes with segments 'experts' or 'batches' and only with them, got "
                 f"tensor_sf_mode={self.tensor_sf_mode!r} with segments={self.segments!r}")
-        if experts:
+        if segmented:
             require(self.sf_layout == "swizzled" and self.prologue in ELEMENTWISE_PROLOGUES,
-                    f"experts take sf_layout='swizzled' and an element-wise prologue, got "
+                    f"segments={self.segments!r} take sf_layout='swizzled' and an element-wise prologue, got "
                     f"sf_layout={self.sf_layout!r} and prologue={self.prologue!r}")
 
     @property

@@ -254,6 +254,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
 OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
        "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
        "add_rms_norm_quantize_mxfp4", "quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
+       "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
        "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
 
 

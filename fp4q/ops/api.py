@@ -13,7 +13,8 @@ from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
 from .engine import plan_of, runner
 from .entry import body, function
-from .experts import QUANTIZE_NVFP4_EXPERTS, SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS
+from .experts import (QUANTIZE_NVFP4_BATCHED, QUANTIZE_NVFP4_EXPERTS, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
+                      SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS)
 from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
 from .global_scale import GLOBAL_SCALE
 from .outputs import cupy_outputs
@@ -24,7 +25,8 @@ from .rows import ROW_KERNELS
 # Every public op, in the order the documentation lists them.
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
                        RMS_NORM_QUANTIZE_NVFP4, RMS_NORM_QUANTIZE_MXFP4, QUANTIZE_NVFP4_EXPERTS,
-                       SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+                       SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS, QUANTIZE_NVFP4_BATCHED, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
+                       DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
 # With the ops a public function runs for an optional input (add+RMSNorm): what torch registers.
 ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_input is not None)
 
@@ -48,6 +50,8 @@ rms_norm_quantize_nvfp4 = _FUNCTIONS["rms_norm_quantize_nvfp4"]
 rms_norm_quantize_mxfp4 = _FUNCTIONS["rms_norm_quantize_mxfp4"]
 quantize_nvfp4_experts = _FUNCTIONS["quantize_nvfp4_experts"]
 silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_experts"]
+quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
+silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
 
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", padded_k=None, out=None,

@@ -214,31 +214,33 @@ def expert_count(a: Operand, name: str) -> int:
     return int(shape[0]) - 1
 
 
-def _expert_scales_rule(experts: int) -> str:
-    return f"tensor_sf must be a device float32 array of shape (E,) = ({experts},), one scale per expert"
+def _expert_scales_rule(experts: int, unit: str) -> str:
+    return (f"tensor_sf must be a device float32 array of shape ({'E' if unit == 'expert' else 'B'},) = "
+            f"({experts},), one scale per {unit}")
 
 
-def expert_scales(tensor_sf, device: int, experts: int) -> tuple[str, float, int]:
-    """``(PER_EXPERT, 0.0, ptr)`` for a tensor scale per expert: a device float32 array of
-    shape ``(experts,)``, C-contiguous, on ``device`` (``device_expert_scales``)."""
+def expert_scales(tensor_sf, device: int, experts: int, unit: str = "expert") -> tuple[str, float, int]:
+    """``(PER_EXPERT, 0.0, ptr)`` for a tensor scale per expert (or per batch: ``unit``): a
+    device float32 array of shape ``(experts,)``, C-contiguous, on ``device``
+    (``device_expert_scales``)."""
     if isinstance(tensor_sf, (str, bool, int, float, np.ndarray, np.generic)) or tensor_sf is None:
-        raise TypeError(f"{_expert_scales_rule(experts)}, got {tensor_sf!r} ({type(tensor_sf).__name__})")
-    return device_expert_scales(as_operand(tensor_sf, "tensor_sf"), device, experts)
+        raise TypeError(f"{_expert_scales_rule(experts, unit)}, got {tensor_sf!r} ({type(tensor_sf).__name__})")
+    return device_expert_scales(as_operand(tensor_sf, "tensor_sf"), device, experts, unit)
 
 
-def device_expert_scales(a: Operand, device: int, experts: int) -> tuple[str, float, int]:
-    """The rules of a device tensor scale per expert (``expert_scales``). Also run on torch's
-    fake tensors, whose ``ptr`` is 0."""
+def device_expert_scales(a: Operand, device: int, experts: int, unit: str = "expert") -> tuple[str, float, int]:
+    """The rules of a device tensor scale per expert or batch (``expert_scales``). Also run
+    on torch's fake tensors, whose ``ptr`` is 0."""
     obj, ptr, shape, dtype, a_device, is_torch = a
     if dtype != "float32" or tuple(shape) != (experts,):
-        rule = _expert_scales_rule(experts)
+        rule = _expert_scales_rule(experts, unit)
         raise ValueError(f"{rule}, got dtype {dtype} shape {tuple(shape)}")
     if a_device != device:
         raise ValueError(f"tensor_sf is on device {a_device} but x is on device {device}")
     if ptr & 3:
         raise ValueError(f"tensor_sf must be 4-byte aligned (the kernel loads float32 values), got address {ptr:#x}")
     if ptr and not (obj.is_contiguous() if is_torch else c_contiguous(obj)):
-        raise ValueError("tensor_sf must be C-contiguous (the kernel reads expert e's scale at element e)")
+        raise ValueError(f"tensor_sf must be C-contiguous (the kernel reads {unit} e's scale at element e)")
     return (PER_EXPERT, 0.0, ptr)
 
 

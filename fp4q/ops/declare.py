@@ -20,6 +20,7 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from ..kernels.call import ROW_TENSOR_SF_MODES
+from ..kernels.rows import MAX_EXPERTS
 from ..kernels.spec import Extent
 from ..numerics.formats import GROUP_SIZE
 from ..numerics.experts import experts_sf_blocks
@@ -40,8 +41,10 @@ class Geometry:
     options: Mapping[str, Any]
     # The outputs' row width in values: K, or the padded_k option's.
     out_k: int
-    # The experts whose rows the main input holds (an op with expert offsets), else 0.
+    # The experts (or batches) whose rows the main input holds, else 0.
     experts: int = 0
+    # How its rows are grouped: "none", "experts" (by offsets) or "batches" (its first dimension).
+    segments: str = "none"
 
     @property
     def groups(self) -> int:
@@ -49,8 +52,16 @@ class Geometry:
         return self.out_k // GROUP_SIZE[self.fmt]
 
     @property
+    def batch_rows(self) -> int:
+        """The rows of each batch (M of ``(B, M, K)``), else 0."""
+        return self.lead[1] if self.segments == "batches" else 0
+
+    @property
     def sf_blocks(self) -> int:
-        """The experts' 128-row scale blocks: the most any routing of the rows fills."""
+        """The 128-row scale blocks of experts (the most any routing of the rows fills) or of
+        batches (``ceil(M / 128)`` each)."""
+        if self.segments == "batches":
+            return self.experts * -(-self.batch_rows // 128)
         return experts_sf_blocks(self.view.rows, self.experts)
 
     @property
@@ -65,8 +76,8 @@ class Rows:
     config's ``field`` (if any) takes for it; ``what`` names them in messages; K (the
     values per row) is ``per_element * W``, or ``W // 2`` with ``halves`` (a row holds
     two operands of K values each, as SiLU·mul's gate and up), and must be a multiple
-    of the format's group. ``matrix``: the input must be 2-D (its rows are not
-    flattened from leading dimensions)."""
+    of the format's group. ``dims``: where given, the names of the dimensions the input
+    must have (its rank)."""
 
     name: str
     dtypes: Mapping[str, str]
@@ -74,14 +85,13 @@ class Rows:
     per_element: int = 1
     field: str | None = None
     halves: bool = False
-    matrix: bool = False
+    dims: tuple[str, ...] = ()
     doc: str = ""
 
     def view(self, a: Operand, op: "Op") -> RowsView:
-        if self.matrix and len(a[SHAPE]) != 2:
-            width = "2N" if self.halves else "K"
-            raise ValueError(f"{self.name} must have 2 dimensions (M, {width}) for {op.name}, got shape "
-                             f"{tuple(a[SHAPE])}")
+        if self.dims and len(a[SHAPE]) != len(self.dims):
+            raise ValueError(f"{self.name} must have {len(self.dims)} dimensions ({', '.join(self.dims)}) for "
+                             f"{op.name}, got shape {tuple(a[SHAPE])}")
         return rows_view(a, self.name, self.dtypes, self.what, self.per_element, GROUP_SIZE[op.fmt],
                          f" for {op.name}", self.halves)
 
@@ -105,9 +115,10 @@ class Array:
     ``"like_main"`` (the main input's shape, with K values per row, and dtype),
     ``"scalar"`` (one float32, with the scratch space the chosen launch asks for after
     it: allocated once the launch is known), ``"offsets"`` (int32 ``(E + 1,)``: the
-    experts' first rows, an input whose length fixes the geometry's experts). An
-    ``inplace`` input is written too: it must not overlap the main input or an input
-    before it. Under experts, the scales are the experts' blocks."""
+    experts' first rows, an input whose length fixes the geometry's experts),
+    ``"counts"`` (int32 ``(B,)``: the valid rows of each batch). An ``inplace`` input is
+    written too: it must not overlap the main input or an input before it. Under
+    experts and batches, the scales are their blocks."""
 
     name: str
     kind: str
@@ -119,7 +130,9 @@ class Array:
         if self.kind == "codes":
             return g.lead + (g.out_k // 2,)
         if self.kind == "scales":
-            if g.experts:
+            if g.segments == "batches":
+                return (g.experts,) + tiles_shape(g.batch_rows, g.groups)
+            if g.segments == "experts":
                 return tiles_shape(128 * g.sf_blocks, g.groups)
             return scales_shape(g.options["sf_layout"], g.lead, g.view.rows, g.groups)
         if self.kind in ("values", "like_main"):
@@ -128,6 +141,8 @@ class Array:
             return (g.k,)
         if self.kind == "offsets":
             return (g.experts + 1,)
+        if self.kind == "counts":
+            return (g.experts,)
         return ()
 
     def dtypes(self, g: Geometry) -> tuple[str, ...]:
@@ -139,7 +154,7 @@ class Array:
             return VALUE_DTYPES[g.options["dtype"]]
         if self.kind in ("like_row", "like_main"):
             return SAME_DTYPES[g.view.dtype]
-        if self.kind == "offsets":
+        if self.kind in ("offsets", "counts"):
             return OFFSET_DTYPES
         return ("float32",)
 
@@ -157,8 +172,9 @@ class Array:
         if self.kind in ("like_row", "like_main"):
             rows = 1 if self.kind == "like_row" else g.view.rows
             return Extent(rows, g.k, g.k * g.view.itemsize)
-        if self.kind == "offsets":
-            return Extent(1, g.experts + 1, 4 * (g.experts + 1))
+        if self.kind in ("offsets", "counts"):
+            n = g.experts + (self.kind == "offsets")
+            return Extent(1, n, 4 * n)
         return Extent(g.view.rows, g.groups, 0)
 
     @property
@@ -174,7 +190,8 @@ class TensorScale:
     on the device and returned after the outputs; with ``per_row``, also a device float32
     array of one value per row (shape ``(M,)`` or ``x.shape[:-1]``) and the string
     ``"dynamic_per_row"``: each row's scale computed and returned, of that shape. With
-    ``per_expert``, only a device float32 array of one value per expert (``(E,)``)."""
+    ``per_expert``, only a device float32 array of one value per expert or batch
+    (``(E,)``, ``(B,)``)."""
 
     name: str = "tensor_sf"
     dynamic: bool = False
@@ -339,9 +356,15 @@ class Op:
             choice.check(value)
         return {choice.name: value for choice, value in zip(self.options, options)}
 
+    @property
+    def segments(self) -> str:
+        """How the op groups the main input's rows: ``"none"``, ``"experts"`` or ``"batches"``."""
+        return self.call.get("segments", "none")
+
     def geometry(self, main: Operand, options: tuple, experts: int = 0) -> Geometry:
         """The rules on the options and the main input, in the order of their messages;
-        ``experts``: the count the expert offsets fixed (``arrays.expert_count``), if any."""
+        ``experts``: the count the expert offsets fixed (``arrays.expert_count``), if any
+        (batches count the main input's first dimension)."""
         values = self.option_values(options)
         view = self.main.view(main, self)
         k = self.main.k(view)
@@ -349,8 +372,13 @@ class Op:
         for option in self.options:
             if isinstance(option, Width):
                 out_k = padded_width(values[option.name], k, GROUP_SIZE[self.fmt], "N" if self.main.halves else "K")
-        g = Geometry(view, self.fmt, k, values, out_k, experts)
+        if self.segments == "batches":
+            experts = view.lead_shape[0]
+            if experts > MAX_EXPERTS:
+                raise ValueError(f"{self.main.name} must have at most {MAX_EXPERTS} batches (B) for {self.name}, got "
+                                 f"{experts}")
+        g = Geometry(view, self.fmt, k, values, out_k, experts, self.segments)
         if experts and 128 * g.sf_blocks > MAX_ROWS:
-            raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} experts its scales would take "
-                             f"{128 * g.sf_blocks} rows, at most {MAX_ROWS}")
+            raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} {self.segments} its scales would "
+                             f"take {128 * g.sf_blocks} rows, at most {MAX_ROWS}")
         return g

@@ -62,8 +62,8 @@ class Plan:
                                               f"{op.main.name}_row_stride": view.row_stride}
         if op.tensor_scale is None:  # the kernels' by-value tensor scale, never read
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)
-        if experts:
-            self.fixed.update(experts=experts, sf_blocks=g.sf_blocks)
+        if g.experts:
+            self.fixed.update(experts=g.experts, sf_blocks=g.sf_blocks, batch_rows=g.batch_rows)
         self.fixed.update((c.name, c.launch_value(g.options[c.name])) for c in op.options if isinstance(c, Number))
         # The kernel configs' call fields these options and this input fix.
         self.call = {c.field: g.options[c.name] for c in op.options if c.field is not None}
@@ -184,7 +184,8 @@ def runner_source(op: Op) -> str:
     if scale is None:
         lines.append("    mode = NO_SCALE_MODE")
     elif op.per_expert:
-        lines.append("    mode, value, scale_ptr = expert_scales(tensor_sf, device, experts)")
+        unit = "batch" if op.segments == "batches" else "expert"
+        lines.append(f"    mode, value, scale_ptr = expert_scales(tensor_sf, device, plan.geometry.experts, {unit!r})")
     else:
         given = f"mode, value, scale_ptr = tensor_scale(tensor_sf, device{', plan.row_shapes' if op.per_row else ''})"
         lines.append("    if type(tensor_sf) is str:")

@@ -1,10 +1,11 @@
 """The mixture-of-experts quantizers, declared: the rows of each expert under its own
-tensor scale, its scales in 128-row blocks of their own (vLLM's per-expert contract),
-in one launch of the row kernel for every expert (``segments="experts"``).
+tensor scale, its scales in 128-row blocks of their own, in one launch of the row kernel
+for every expert: experts by offsets (vLLM's per-expert contract, ``segments="experts"``)
+and masked batches (FlashInfer's and SGLang's grouped quantizers, ``segments="batches"``).
 
-The offsets stay on the device: the outputs are sized by the most scale blocks any
+The offsets (and the batches' counts) stay on the device: the outputs are sized by the most scale blocks any
 routing fills (``numerics.experts.experts_sf_blocks``), every CTA resolves the offsets
-itself (``ptx_templates/pipeline/experts.cuh``), so a call needs no host
+itself (``ptx_templates/pipeline/segments.cuh``), so a call needs no host
 synchronization and a CUDA graph replays with any routing. The numerics and the
 resolution of bad offsets are NVFP4_SPEC.md's, "The project's exact sequences: experts
 and batches".
@@ -19,9 +20,9 @@ from .global_scale import INPUT_WHAT
 from .quantize import OUT
 from .rows import ROW_KERNELS
 
-X = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", matrix=True,
+X = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", dims=("M", "K"),
          doc="bf16 (or fp16) ``(M, K)``, the rows of each expert consecutive; rows may be strided")
-GATE_UP = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", halves=True, matrix=True,
+GATE_UP = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", halves=True, dims=("M", "2N"),
                doc="bf16 (or fp16) ``(M, 2N)``, the rows of each expert consecutive: ``gate = x[:, :N]``, "
                    "``up = x[:, N:]``")
 EXPERT_OFFSETS = Array("expert_offsets", "offsets", output=False,
@@ -75,3 +76,52 @@ as ``silu_and_mul_quantize_nvfp4``), quantized as ``quantize_nvfp4_experts(h, ..
     kernels=ROW_KERNELS,
     call={**EXPERTS, "prologue": "silu_mul"},
 )
+
+
+# ---------------------------------------------------------------- masked batches
+XB = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", dims=("B", "M", "K"),
+          doc="bf16 (or fp16) ``(B, M, K)``: batch ``b`` is one expert's ``M`` rows")
+GATE_UP_B = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", halves=True, dims=("B", "M", "2N"),
+                 doc="bf16 (or fp16) ``(B, M, 2N)``: ``gate = x[..., :N]``, ``up = x[..., N:]``")
+VALID_ROWS = Array("valid_rows", "counts", output=False,
+                   doc="device int32 ``(B,)``, FlashInfer's and SGLang's ``mask``: the first ``valid_rows[b]`` rows "
+                       "of batch ``b`` are quantized, the count clamped into ``[0, M]`` on the device (never an "
+                       "error); ``None``: every row")
+BATCH_SCALE = TensorScale(per_expert=True, doc="device float32 ``(B,)``: ``tensor_sf[b]`` is batch ``b``'s "
+                                               "``448 * 6 / amax``")
+SF_OUT_B = Array("sf_out", "scales",
+                 doc="e4m3 scale bytes ``(B, ceil(M / 128), ceil(K / 64), 32, 4, 4)``: ``sf[b]`` the swizzled "
+                     "scales of batch ``b``'s rows alone, zeros for rows past its count and every padding byte")
+BATCHES = {"segments": "batches"}
+RETURNS_B = """Returns ``(q, sf)``, ``q`` ``(B, M, K // 2)``. Rows at or past a batch's count are
+neither read nor written in ``q``; their scale bytes, and every padding byte, are 0x00 on every
+call. Without ``valid_rows``, ``(q[b], sf[b])`` is ``quantize_nvfp4(x[b], tensor_sf[b])``."""
+
+
+def _batched(name: str, main: Rows, prologue: str, inputs: tuple, summary: str, h: str, with_input=None) -> Op:
+    return Op(name=name, summary=summary,
+              doc=f"""{h}Each valid row of batch ``b`` is quantized as ``quantize_nvfp4`` would with
+``tensor_sf[b]``, in one launch for every batch. {RETURNS_B} Rows of up to
+{longest_row("nvfp4")} quantized elements; at most {MAX_EXPERTS} batches.""",
+              fmt="nvfp4", main=main, inputs=inputs, tensor_scale=BATCH_SCALE, options=(SF_LAYOUT,),
+              outputs=(OUT, SF_OUT_B), kernels=ROW_KERNELS, call={**BATCHES, "prologue": prologue},
+              with_input=with_input)
+
+
+H_B = "``h = dtype(silu(gate) * up)`` of each valid row (as ``silu_and_mul_quantize_nvfp4``), quantized: "
+QUANTIZE_NVFP4_BATCHED_MASKED = _batched(
+    "quantize_nvfp4_batched_masked", XB, "none", (VALID_ROWS,),
+    "A batch of experts' rows quantized to NVFP4, batch ``b``'s first ``valid_rows[b]`` rows under its own "
+    "tensor scale.", "")
+QUANTIZE_NVFP4_BATCHED = _batched(
+    "quantize_nvfp4_batched", XB, "none", (),
+    "A batch of experts' rows quantized to NVFP4, each batch under its own tensor scale, in one launch.", "",
+    (VALID_ROWS, QUANTIZE_NVFP4_BATCHED_MASKED))
+SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED_MASKED = _batched(
+    "silu_and_mul_quantize_nvfp4_batched_masked", GATE_UP_B, "silu_mul", (VALID_ROWS,),
+    "SiLU·mul of a batch of experts' rows quantized to NVFP4, batch ``b``'s first ``valid_rows[b]`` rows under "
+    "its own tensor scale.", H_B)
+SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED = _batched(
+    "silu_and_mul_quantize_nvfp4_batched", GATE_UP_B, "silu_mul", (),
+    "SiLU·mul of a batch of experts' rows quantized to NVFP4, each batch under its own tensor scale, in one "
+    "launch.", H_B, (VALID_ROWS, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED_MASKED))

@@ -24,8 +24,8 @@ def alignment_obstacle(plan, pointers: list[int]) -> str | None:
         return f"{op.main.name}'s row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
     tiled = plan.call["sf_layout"] != "linear"
     for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
-        # Expert offsets are read 4 bytes at a time.
-        if ptr % 16 and array.kind != "offsets" and (array.kind != "scales" or tiled):
+        # Expert offsets and batch counts are read 4 bytes at a time.
+        if ptr % 16 and array.kind not in ("offsets", "counts") and (array.kind != "scales" or tiled):
             return f"{array.name}'s base address {ptr:#x} is not 16-byte aligned"
     return None
 
@@ -63,7 +63,7 @@ class RowKernels:
         normalizes = plan.call.get("prologue") in ROW_PROLOGUES
         if width > longest_row(op.fmt):
             why = ("a row is normalized in one CTA" if normalizes
-                   else "the row kernel quantizes the experts' rows, one row in one CTA" if g.experts
+                   else f"the row kernel quantizes the {g.segments}' rows, one row in one CTA" if g.experts
                    else "a tensor scale per row is taken by the row kernel, which holds a row in one CTA")
             raise ValueError(f"{what} must be at most {longest_row(op.fmt)} for {op.name} ({why}), got {width}")
         obstacle = alignment_obstacle(plan, pointers)

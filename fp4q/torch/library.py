@@ -223,7 +223,8 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
         spec = Buffer(array, g)
         check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
     if op.per_expert:  # a Tensor: the schema's type
-        device_expert_scales(torch_operand(tensor_sf, "tensor_sf", 0), device, experts)
+        device_expert_scales(torch_operand(tensor_sf, "tensor_sf", 0), device, g.experts,
+                             "batch" if op.segments == "batches" else "expert")
     elif isinstance(tensor_sf, torch.Tensor):
         device_scale(torch_operand(tensor_sf, "tensor_sf", 0), device, op.row_shapes(g))
     elif type(tensor_sf) is float:  # a traced SymFloat is checked when the op runs

@@ -24,11 +24,12 @@
 //              out_cols values: codes, scale bytes, zeros past x's row
 //              (padded_k) and for a tiled layout's padding groups and rows
 //
-// With EXPERTS (the mixture-of-experts quantizers), the rows are grouped
-// by expert (pipeline/experts.cuh): each CTA first resolves the experts
-// from their device offsets, then writes the zero scales of the scale rows
-// no expert fills and walks the rows the experts own, each under its
-// expert's float32 tensor scale, its scales at its expert's place.
+// With SEGMENTED (the mixture-of-experts quantizers), the rows are grouped
+// into experts or batches (pipeline/segments.cuh): each CTA first resolves
+// them from the device offsets or counts, then writes the zero scales of
+// the scale rows no segment fills and walks the rows the segments own, each
+// under its segment's float32 tensor scale, its scales at its segment's
+// place.
 //
 // Needs x's rows, weight, residual, out and a tiled sf_out 16-byte
 // aligned (the host's rule).
@@ -37,7 +38,7 @@
 #include "kernels/vector_quantize.cuh"
 #include "numerics/global_scale.cuh"
 #include "numerics/rms_norm.cuh"
-#include "pipeline/experts.cuh"
+#include "pipeline/segments.cuh"
 #include "ptx/shared_memory.cuh"
 
 constexpr int WORDS = SF_VEC / 2;  // packed pairs of one unit
@@ -50,11 +51,12 @@ constexpr bool ADD_RESIDUAL = PROLOGUE == 3;
 // (per expert with EXPERTS), 2 each row's dynamic scale.
 constexpr bool SCALE_PER_ROW = ROW_SCALE == 1;
 constexpr bool SCALE_DYNAMIC_PER_ROW = ROW_SCALE == 2;
-// kernels.rows.SEGMENTS: 0 the rows of one tensor, 1 the rows of experts.
+// kernels.rows.SEGMENTS: 0 the rows of one tensor, 1 of experts, 2 of batches.
+constexpr bool SEGMENTED = SEGMENTS != 0;
 constexpr bool EXPERTS = SEGMENTS == 1;
 static_assert((WARPS & (WARPS - 1)) == 0 && (ROW_UNITS & (ROW_UNITS - 1)) == 0, "tree levels are powers of two");
-static_assert(!EXPERTS || (FP4Q_SF_SWIZZLED && SCALE_PER_ROW && !NORMALIZE),
-              "experts: swizzled scales, a tensor scale per expert, an element-wise prologue");
+static_assert(!SEGMENTED || (FP4Q_SF_SWIZZLED && SCALE_PER_ROW && !NORMALIZE),
+              "experts and batches: swizzled scales, a tensor scale per segment, an element-wise prologue");
 
 // A unit of the row the CTA holds: its row, its index in the row and the
 // row of its scales.
@@ -175,7 +177,7 @@ FP4Q_DEVICE u32 row_amax_bits(const u32 (&h)[ROW_UNITS][WORDS], u32 (&maxima)[WA
 }
 
 // Where a row goes: its row of x and q, the row of its scales and the
-// index of its float32 tensor scale (per row or per expert).
+// index of its float32 tensor scale (per row, or per expert or batch).
 struct RowPlace {
     i64 row;
     i64 sf_row;
@@ -212,36 +214,44 @@ FP4Q_DEVICE void quantize_row(const u16* __restrict__ x, const u16* __restrict__
     }
 }
 
-// Zero scales for every scale row no expert fills: in each 128-row block,
-// the rows past the last of its expert's rows (all of them past the last
-// expert's blocks). The blocks are shared out over the CTAs, a block's
+// Zero scales for every scale row no segment fills: in each 128-row block,
+// the rows past the last of its segment's rows (all of them past the last
+// segment's blocks). The blocks are shared out over the CTAs, a block's
 // words over the CTA's threads.
-FP4Q_DEVICE void write_expert_padding(const ExpertTable& table, int experts, u8* __restrict__ sf, i32 sf_blocks,
-                                      int groups) {
+FP4Q_DEVICE void write_segment_padding(const SegmentTable& table, int segments, u8* __restrict__ sf, i32 sf_blocks,
+                                       int groups) {
     const u64 block_bytes = static_cast<u64>(sf_domain_groups(groups)) / 4 * 512;
     for (i32 block = blockIdx.x; block < sf_blocks; block += gridDim.x) {
-        const u32 filled = filled_rows(table, experts, block);
+        const u32 filled = filled_rows(table, segments, block);
         if (filled < SF_TILE_ROWS) zero_tile_rows(sf + block * block_bytes, filled, groups, threadIdx.x, SIMT_THREADS);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, ROW_MIN_CTAS)
 fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
-                       const i32* __restrict__ expert_offsets, u8* __restrict__ out, u8* __restrict__ sf_out,
-                       i64 x_row_stride, i32 rows, i32 cols, i32 out_cols, i32 experts, i32 sf_blocks, float eps,
-                       float tensor_sf_value, float* __restrict__ tensor_sf_ptr) {
+                       const i32* __restrict__ expert_offsets, const i32* __restrict__ valid_rows,
+                       u8* __restrict__ out, u8* __restrict__ sf_out, i64 x_row_stride, i32 rows, i32 cols,
+                       i32 out_cols, i32 experts, i32 batch_rows, i32 sf_blocks, float eps, float tensor_sf_value,
+                       float* __restrict__ tensor_sf_ptr) {
     __shared__ float partial[2][ROW_UNITS][WARPS];
     __shared__ u32 maxima[2][WARPS];
     simt_quantize_prologue();
     const RowwiseStore store{out, sf_out};
     const TensorScale launch_scale = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     int parity = 0;
-    if constexpr (EXPERTS) {
-        __shared__ ExpertTable table;
-        load_experts(table, expert_offsets, experts, rows);
-        write_expert_padding(table, experts, sf_out, sf_blocks, out_cols / SF_VEC);
-        for (i64 row = table.first_row[0] + blockIdx.x; row < table.first_row[experts]; row += gridDim.x, parity ^= 1) {
-            const int e = expert_of_row(table, experts, row);
+    if constexpr (SEGMENTED) {
+        // `experts`: the experts or batches.
+        __shared__ SegmentTable table;
+        if constexpr (EXPERTS) {
+            load_experts(table, expert_offsets, experts, rows);
+        } else {
+            load_batches(table, valid_rows, experts, batch_rows);
+        }
+        write_segment_padding(table, experts, sf_out, sf_blocks, out_cols / SF_VEC);
+        const i64 end = table.end_row[experts - 1];
+        for (i64 row = table.first_row[0] + blockIdx.x; row < end; row += gridDim.x, parity ^= 1) {
+            const int e = segment_of_row(table, experts, row);
+            if (row >= table.end_row[e]) continue;  // past its batch's count
             const RowPlace place{row, table.first_sf_row[e] + (row - table.first_row[e]), e};
             quantize_row(x, weight, residual, store, x_row_stride, rows, cols, out_cols, eps, launch_scale,
                          tensor_sf_ptr, place, partial[parity], maxima[parity]);
