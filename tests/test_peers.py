@@ -248,6 +248,43 @@ def test_vllm_experts_bytes():
             assert_bytes_equal(_bytes(sf)[blockscale[e].item():][:counts[e]], rows, f"expert {e}")
 
 
+@pytest.mark.parametrize("silu", [False, True])
+def test_grouped_quantizer_shapes(fake, silu):
+    b, m, k = 3, 130, 256
+    a, mask, tsf = fake_cuda((b, m, 2 * k if silu else k)), fake_cuda((b,), torch.int32), fake_cuda((b,), torch.float32)
+    op = peers.silu_and_mul_scaled_nvfp4_experts_quantize if silu else peers.scaled_fp4_grouped_quantize
+    q, sf = op(a, mask, tsf)
+    assert meta(q) == ((m, k // 2, b), torch.uint8)
+    assert meta(sf) == ((32, 4, 2, 4, k // 64, b), torch.float8_e4m3fn)
+
+
+@gpu
+def test_grouped_quantizer_bytes():
+    rng = np.random.default_rng(8)
+    b, m, k = 3, 130, 256
+    mask_host = np.array([130, 0, 57], np.int32)
+    tsf_host = (2.0 ** rng.uniform(-8, 8, b)).astype(np.float32)
+    mask, tsf = torch.from_numpy(mask_host).cuda(), torch.from_numpy(tsf_host).cuda()
+    for silu in (False, True):
+        bits = mixed_groups((b * m, 2 * k if silu else k), rng).reshape(b, m, -1)
+        op = peers.silu_and_mul_scaled_nvfp4_experts_quantize if silu else peers.scaled_fp4_grouped_quantize
+        want_op = reference.silu_and_mul_quantize_nvfp4_batched if silu else reference.quantize_nvfp4_batched
+        want_q, want_sf = want_op(bits, tsf_host, mask_host)
+        q, sf = op(_cuda(bits), mask, tsf)
+        q = _bytes(q.permute(2, 0, 1))
+        for i in range(b):  # rows past a count are not written
+            assert_bytes_equal(q[i, :mask_host[i]], want_q[i, :mask_host[i]], f"q[{i}] silu={silu}")
+        assert_bytes_equal(_bytes(sf.permute(5, 2, 4, 0, 1, 3)), want_sf, f"sf silu={silu}")
+    bits = mixed_groups((b * m, k), rng).reshape(b, m, k)
+    # nvfp4_batched_quantize: one scale for every batch (its broadcast is a copy, which CPU-only torch
+    # cannot run on fake CUDA tensors: its shapes are checked here).
+    q, sf = peers.nvfp4_batched_quantize(_cuda(bits), tsf[:1])
+    assert meta(q) == ((b, m, k // 2), torch.uint8) and meta(sf) == ((b, 256 * (k // 16)), torch.uint8)
+    want_q, want_sf = reference.quantize_nvfp4_batched(bits, np.full(b, tsf_host[0], np.float32))
+    assert_bytes_equal(_bytes(q), want_q, "batched q")
+    assert_bytes_equal(_bytes(sf), want_sf.reshape(b, -1), "batched sf")
+
+
 def _engine_calls(x, t, result, scale):
     q, sf = peers.fp4_quantize(x, t)
     qm, sfm = peers.fp4_quantize(x, sf_vec_size=32, sf_use_ue8m0=True, is_sf_swizzled_layout=False)
