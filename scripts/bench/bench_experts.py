@@ -33,12 +33,9 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from scripts.bench import timing  # noqa: E402
+from scripts.bench.outputs import add_output_options, ints, names, require_names, write_outputs  # noqa: E402
 
 ROUTINGS = ("uniform", "hot", "sparse")
-
-
-def parse(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
 
 
 def counts_of(m: int, experts: int, routing: str, rng) -> np.ndarray:
@@ -118,27 +115,17 @@ def table(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--experts", type=parse, default=parse("8,64,256"))
-    parser.add_argument("--tokens", type=parse, default=parse("1,16,128,1024,4096,8192"))
-    parser.add_argument("--k", type=parse, default=parse("2048,7168"))
-    parser.add_argument("--routings", type=lambda t: [v for v in t.split(",") if v], default=list(ROUTINGS),
+    parser.add_argument("--experts", type=ints, default=ints("8,64,256"))
+    parser.add_argument("--tokens", type=ints, default=ints("1,16,128,1024,4096,8192"))
+    parser.add_argument("--k", type=ints, default=ints("2048,7168"))
+    parser.add_argument("--routings", type=names, default=list(ROUTINGS),
                         help=f"comma-separated, of {', '.join(ROUTINGS)}")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--json", help="write the rows as JSON here")
-    parser.add_argument("--md", help="write the table as markdown here")
+    add_output_options(parser)
     args = parser.parse_args(argv)
-    unknown = [r for r in args.routings if r not in ROUTINGS]
-    if unknown:
-        parser.error(f"--routings must name routings of {', '.join(ROUTINGS)}, got {', '.join(unknown)}")
+    require_names(parser, "--routings", args.routings, ROUTINGS)
     results = run(args.experts, args.tokens, args.k, args.routings, args.reps)
-    text = table(results)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text + "\n")
+    write_outputs(args, results, table(results))
     return 0
 
 

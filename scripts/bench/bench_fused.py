@@ -30,13 +30,10 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from scripts.bench import timing  # noqa: E402
+from scripts.bench.outputs import add_output_options, ints, names, require_names, write_outputs  # noqa: E402
 
 
 OPS = ("silu_mul", "rms_norm", "add_rms_norm")
-
-
-def parse(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
 
 
 def bf16_rows(rng, m: int, width: int) -> np.ndarray:
@@ -128,26 +125,15 @@ def table(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", type=lambda t: [v for v in t.split(",") if v], default=list(OPS),
-                        help=f"comma-separated, of {', '.join(OPS)}")
-    parser.add_argument("--rows", type=parse, default=parse("1,16,128,1024,4096,8192"))
-    parser.add_argument("--d", type=parse, default=parse("4096,7168,8192,14336"))
+    parser.add_argument("--ops", type=names, default=list(OPS), help=f"comma-separated, of {', '.join(OPS)}")
+    parser.add_argument("--rows", type=ints, default=ints("1,16,128,1024,4096,8192"))
+    parser.add_argument("--d", type=ints, default=ints("4096,7168,8192,14336"))
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--json", help="write the rows as JSON here")
-    parser.add_argument("--md", help="write the table as markdown here")
+    add_output_options(parser)
     args = parser.parse_args(argv)
-    unknown = [op for op in args.ops if op not in OPS]
-    if unknown:
-        parser.error(f"--ops must name ops of {', '.join(OPS)}, got {', '.join(unknown)}")
+    require_names(parser, "--ops", args.ops, OPS)
     results = run(args.ops, args.rows, args.d, args.reps)
-    text = table(results)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text + "\n")
+    write_outputs(args, results, table(results))
     return 0
 
 
