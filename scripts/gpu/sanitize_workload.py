@@ -3,8 +3,10 @@
 scale layouts, both tensor_sf modes (NVFP4), then every shipped dequantize
 config on both formats, then a shape with more TMA tiles than CTAs (the
 dynamic tile order), the global scale, the fused prologues, the row kernel,
-tensor scales per row, the 8x4 layout and padded outputs; each result
-checked against the reference. With
+tensor scales per row, the 8x4 layout and padded outputs, the experts and
+masked batches (with offsets and counts out of range, which the kernel must
+resolve without reading or writing outside the arrays); each result checked
+against the reference. With
 ``--emulate-sm80`` the device is mapped to the pre-Hopper test target
 (sm_80's kernels and choices, compiled for sm_90a), so the code an A100
 would run is the code under the sanitizers: the SIMT quantizers and
@@ -105,6 +107,7 @@ def main() -> int:
     failures += rows_pass(rng, start)
     failures += per_row_pass(rng, start)
     failures += layouts_and_padding_pass(rng, start, dequantize_configs)
+    failures += experts_pass(rng, start)
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
@@ -340,6 +343,53 @@ def layouts_and_padding_pass(rng, start: float, dequantize_configs: dict) -> int
             fp4q.dequantize_nvfp4(cp.asarray(q), cp.asarray(sf), 0.75, sf_layout="8x4", out=out, config=cfg)
             check(f"dequantize {name} {m}x{k} 8x4", (out,), (y_ref,))
     print(f"{time.perf_counter() - start:7.1f}s  the 8x4 layout and padded outputs", flush=True)
+    return failures
+
+
+def experts_pass(rng, start: float) -> int:
+    """The experts' and the masked batches' quantizers (and their SiLU·mul forms), every unit
+    count of the row kernel, into 0xFF-filled outputs: routings with empty experts, offsets that
+    decrease, are negative or pass M, every expert empty; counts below 0, above M and 0. Rows no
+    expert (or count) owns must keep their 0xFF; every scale byte is written."""
+    def bf16(*shape):
+        return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+    failures = 0
+    offsets_cases = [[0, 40, 40, 130], [0, 50, 20, 200], [-7, 3, 3, 99], [130, 130, 130, 130], [5, 6, 7, 125]]
+    for k in (64, 4112, 16384, 32768):
+        m = 130
+        for silu in (False, True):
+            x = bf16(m, 2 * k if silu else k)
+            tsf = (2.0 ** rng.uniform(-8, 8, 3)).astype(np.float32)
+            op = fp4q.silu_and_mul_quantize_nvfp4_experts if silu else fp4q.quantize_nvfp4_experts
+            want_op = reference.silu_and_mul_quantize_nvfp4_experts if silu else reference.quantize_nvfp4_experts
+            for offsets in offsets_cases:
+                offsets = np.array(offsets, np.int32)
+                want_q, want_sf = want_op(x, offsets, tsf)
+                rows, _ = reference.resolve_expert_offsets(offsets, m)
+                want_q[: rows[0]] = 0xFF
+                want_q[rows[-1]:] = 0xFF
+                out = cp.full(want_q.shape, 0xFF, cp.uint8)
+                sf_out = cp.full(want_sf.shape, 0xFF, cp.uint8)
+                op(cp.asarray(x), cp.asarray(offsets), cp.asarray(tsf), out=out, sf_out=sf_out)
+                if not (np.array_equal(cp.asnumpy(out), want_q) and np.array_equal(cp.asnumpy(sf_out), want_sf)):
+                    failures += 1
+                    print(f"MISMATCH experts K={k} silu={silu} offsets={offsets.tolist()}", flush=True)
+            xb = bf16(3, 50, 2 * k if silu else k)
+            op = fp4q.silu_and_mul_quantize_nvfp4_batched if silu else fp4q.quantize_nvfp4_batched
+            want_op = reference.silu_and_mul_quantize_nvfp4_batched if silu else reference.quantize_nvfp4_batched
+            for counts in (None, np.array([-2, 50, 999], np.int32), np.array([0, 17, 49], np.int32)):
+                want_q, want_sf = want_op(xb, tsf, counts)
+                valid = np.full(3, 50) if counts is None else np.clip(counts, 0, 50)
+                want_q[np.arange(50)[None, :] >= valid[:, None]] = 0xFF
+                out = cp.full(want_q.shape, 0xFF, cp.uint8)
+                sf_out = cp.full(want_sf.shape, 0xFF, cp.uint8)
+                op(cp.asarray(xb), cp.asarray(tsf), valid_rows=None if counts is None else cp.asarray(counts),
+                   out=out, sf_out=sf_out)
+                if not (np.array_equal(cp.asnumpy(out), want_q) and np.array_equal(cp.asnumpy(sf_out), want_sf)):
+                    failures += 1
+                    print(f"MISMATCH batches K={k} silu={silu} counts={counts}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  experts and batches", flush=True)
     return failures
 
 
