@@ -17,7 +17,8 @@ TMA quantizer's default configs (``variants.default_variants``) and every
 distinct config of the tuned table (``variants.tuned_variants``); the one-launch
 dynamic quantizer at each block size; the dequantizers (vector, plain, the
 default TMA config; NVFP4 and MXFP4, bf16 and float32 out); the amax pass
-(16-byte and 2-byte loads). All with bf16 input, swizzled scales and the
+(16-byte and 2-byte loads); the row kernel (RMSNorm, add+RMSNorm, the tensor
+scales per row, the experts and masked batches). All with bf16 input, swizzled scales and the
 tensor scale by value, the common call; ``--match`` picks some by name.
 
 How the steady state is found, from the SASS control flow alone:
@@ -289,6 +290,11 @@ def kernels(arch: str) -> list[Kernel]:
                                   ("rms_norm", 1, "dynamic_per_row")):
         cfg = RowConfig(prologue=prologue, row_units=units, tensor_sf_mode=mode, arch=arch)
         out.append(Kernel(f"{prologue}/rows_nvfp4_u{units}_{mode}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
+    # The experts and the masked batches (the row kernel walking the rows of its segments).
+    for segments, prologue, units in (("experts", "none", 1), ("experts", "none", 4), ("experts", "silu_mul", 1),
+                                      ("batches", "none", 1)):
+        cfg = RowConfig(prologue=prologue, row_units=units, segments=segments, tensor_sf_mode="per_expert", arch=arch)
+        out.append(Kernel(f"{prologue}/{segments}_nvfp4_u{units}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
     dq_bases: dict[str, object] = {"vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}
     if target(arch).features.tma:
         fit = variants.fitted(DequantizeConfig(), arch)
