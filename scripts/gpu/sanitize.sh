@@ -3,7 +3,8 @@
 # synccheck and initcheck, the four at once (each is bound by host-side
 # instrumentation, so they overlap well on a many-core host); exits non-zero
 # if any tool reports an error, a mismatch, or runs out of time.
-# Usage: scripts/gpu/sanitize.sh [--configs NAME,NAME|all] [--trace] [--emulate-sm80] [--device N]
+# Usage: scripts/gpu/sanitize.sh [--configs NAME,NAME|all] [--passes NAME,NAME|all] [--trace] [--emulate-sm80]
+#        [--device N]
 # Logs go to $SANITIZE_LOGS (default ./sanitize-logs); each tool gets
 # $SANITIZE_TIMEOUT seconds (default 1200).
 set -u

@@ -38,6 +38,9 @@ SHAPES = [(129, 2176), (5, 64), (300, 512)]
 # More TMA tiles than CTAs, so the CTAs take their tiles from the stream's counter.
 DYNAMIC_SHAPE = (2048, 4096)
 SIMT_SHAPES = SHAPES + [(33, 80), (7, 16), (33, 96)]
+# The workload's passes, in order: every shipped quantize config, then the others.
+PASSES = ("quantize", "dequantize", "dynamic_order", "global_scale", "prologues", "rows", "per_row",
+          "layouts_and_padding", "experts")
 
 
 def main() -> int:
@@ -49,7 +52,13 @@ def main() -> int:
                         help=f"run the pre-Hopper kernels, built as {EMULATED_SM_80} (needs an sm_90a device)")
     parser.add_argument("--device", type=int, default=0,
                         help="the GPU every input and output lives on (1: the second GPU's per-device state)")
+    parser.add_argument("--passes", default="all",
+                        help=f"comma-separated passes to run, of {', '.join(PASSES)}, or 'all'")
     args = parser.parse_args()
+    passes = PASSES if args.passes == "all" else tuple(args.passes.split(","))
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        parser.error(f"--passes must name passes of {', '.join(PASSES)}, got {', '.join(unknown)}")
     count = cp.cuda.runtime.getDeviceCount()
     if not 0 <= args.device < count:
         print(f"--device must name one of the {count} GPUs (0 to {count - 1}), got {args.device}", flush=True)
@@ -58,6 +67,8 @@ def main() -> int:
     configs = {**SIMT} if args.emulate_sm80 else {**SHIPPED, **SHIPPED_MX, **SIMT}
     if args.configs != "all":
         configs = {name: configs[name] for name in args.configs.split(",")}
+    if "quantize" not in passes:
+        configs = {}
     dequantize_configs = DEQUANTIZE
     if args.emulate_sm80:
         real = driver.target_for(driver.device(cp.cuda.Device().id).compute_capability)
@@ -100,14 +111,17 @@ def main() -> int:
                         failures += 1
                         print(f"MISMATCH {name} {m}x{k} {layout} device_sf={device_sf}", flush=True)
         print(f"{time.perf_counter() - start:7.1f}s  {name}", flush=True)
-    failures += dequantize_pass(rng, start, dequantize_configs)
-    failures += dynamic_order_pass(rng, start, dequantize_configs)
-    failures += global_scale_pass(rng, start)
-    failures += prologue_pass(rng, start, args.emulate_sm80)
-    failures += rows_pass(rng, start)
-    failures += per_row_pass(rng, start)
-    failures += layouts_and_padding_pass(rng, start, dequantize_configs)
-    failures += experts_pass(rng, start)
+    runs = {"dequantize": lambda: dequantize_pass(rng, start, dequantize_configs),
+            "dynamic_order": lambda: dynamic_order_pass(rng, start, dequantize_configs),
+            "global_scale": lambda: global_scale_pass(rng, start),
+            "prologues": lambda: prologue_pass(rng, start, args.emulate_sm80),
+            "rows": lambda: rows_pass(rng, start),
+            "per_row": lambda: per_row_pass(rng, start),
+            "layouts_and_padding": lambda: layouts_and_padding_pass(rng, start, dequantize_configs),
+            "experts": lambda: experts_pass(rng, start)}
+    for name in PASSES[1:]:
+        if name in passes:
+            failures += runs[name]()
     cp.cuda.Device().synchronize()
     target = driver.device(cp.cuda.Device().id).arch
     print(f"sanitize workload ({target}): {len(configs)} quantize and {len(dequantize_configs)} dequantize configs, "
