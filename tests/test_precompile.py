@@ -18,6 +18,7 @@ from fp4q.kernels.archs import ARCHS, ALL_TARGETS
 from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
 from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
+from fp4q.kernels.rows import RowConfig
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.variants import OPS, all_variants, op_of
 
@@ -86,7 +87,11 @@ def test_variants_default_to_every_target_and_op():
     assert {v.arch for v in everything} == set(ARCHS)
     assert len(everything) == sum(len(all_variants(a)) for a in ARCHS)
     assert {op_of(v.config) for v in everything} == set(OPS)
-    assert set(OPS) == {op.name for op in API_OPS}  # every op, by its function's (or torch op's) name
+    # Every op, by its function's (or torch op's) name; the masked batches run their unmasked op's
+    # kernels (the counts are a launch argument), which --ops quantize_nvfp4_batched precompiles.
+    masked = {op.name for op in API_OPS if op.name.endswith("_batched_masked")}
+    assert masked == {"quantize_nvfp4_batched_masked", "silu_and_mul_quantize_nvfp4_batched_masked"}
+    assert set(OPS) == {op.name for op in API_OPS} - masked
     assert {v.arch for v in variants("sm_80,sm_120f", ["quantize_mxfp4"])} == {"sm_80", "sm_120f"}
     assert {op_of(v.config) for v in variants(None, "quantize_nvfp4,dequantize_mxfp4")} == {"quantize_nvfp4",
                                                                                            "dequantize_mxfp4"}
@@ -101,11 +106,15 @@ def test_each_kernel_config_serves_the_op_of_its_function():
              (SimtConfig(vector=True), "quantize_nvfp4"), (SimtConfig(fmt="mxfp4"), "quantize_mxfp4"),
              (DequantizeConfig(), "dequantize_nvfp4"), (DequantizeSimtConfig(fmt="mxfp4"), "dequantize_mxfp4"),
              (AmaxConfig(), "global_scale"), (GlobalScaleConfig(), "global_scale"),
-             (FusedDynamicConfig(), "quantize_nvfp4")]
+             (FusedDynamicConfig(), "quantize_nvfp4"),
+             (RowConfig(segments="experts", tensor_sf_mode="per_expert"), "quantize_nvfp4_experts"),
+             (RowConfig(segments="batches", tensor_sf_mode="per_expert", prologue="silu_mul"),
+              "silu_and_mul_quantize_nvfp4_batched")]
     for cfg, op in cases:
         assert op_of(cfg) == op, cfg
     for v in variants("sm_90a"):
-        assert op_of(v.config).endswith(getattr(v.config, "fmt", "nvfp4")) or op_of(v.config) == "global_scale", v
+        name = op_of(v.config)
+        assert name == "global_scale" or getattr(v.config, "fmt", "nvfp4") in name.split("_"), v
 
 
 def test_precompile_in_process_reports_bytes_per_target(tmp_path):

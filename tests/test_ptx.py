@@ -40,6 +40,7 @@ MNEMONICS = {
     "cvt_rn_f16x2_f32": "cvt.rn.f16x2.f32",
     "redux_sync_max_u32": "redux.sync.max.u32",
     "shfl_sync_bfly_b32": "shfl.sync.bfly.b32",
+    "shfl_sync_up_b32": "shfl.sync.up.b32",
     "vote_sync_any_pred": "vote.sync.any.pred",
     "cvt_rn_satfinite_e2m1x2_f32": "cvt.rn.satfinite.e2m1x2.f32",
     "mbarrier_init": "mbarrier.init",
@@ -124,6 +125,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= cvt_rn_f16x2_f32(r, b);
     bits ^= redux_sync_max_u32(bits);
     r = add_rn(r, shfl_sync_bfly_b32(r, 1));
+    bits ^= shfl_sync_up_b32(bits, 2u);
     bits ^= vote_sync_any_pred(bits > 7u) ? 1u : 0u;
     u32 g0, g1, g2, g3;
     ld_global_nc_v4(x + 4 * threadIdx.x, g0, g1, g2, g3);

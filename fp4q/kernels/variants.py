@@ -194,8 +194,8 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
     tensor_sf_mode``: each kernel ``rows.for_row`` may pick, in every unit count, input
     dtype, scale layout and MXFP4 rounding mode. RMSNorm and add+RMSNorm take every
     tensor-scale mode; the element-wise prologues run here only for the modes per row (the
-    other kernels take the rest). Then the experts' kernels (swizzled, a scale per expert),
-    named ``experts_prologue_nvfp4_uN[_fp16]/swizzled/per_expert``."""
+    other kernels take the rest). Then the kernels of experts and of batches (swizzled, a scale
+    per expert or batch), named ``{experts,batches}_prologue_nvfp4_uN[_fp16]/swizzled/per_expert``."""
     out = {}
     for prologue in PROLOGUES:
         row_prologue = prologue in ROW_PROLOGUES
@@ -212,13 +212,14 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
                                 out[f"{base}/{layout}/{mode}"] = RowConfig(
                                     prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype, mx_mode=mx_mode,
                                     sf_layout=layout, tensor_sf_mode=mode, arch=arch)
-    for prologue in ELEMENTWISE_PROLOGUES:
-        for units in ROW_UNITS["nvfp4"]:
-            for dtype in INPUT_DTYPES:
-                name = f"experts_{prologue}_nvfp4_u{units}" + ("_fp16" if dtype == "float16" else "")
-                out[f"{name}/swizzled/{PER_EXPERT}"] = RowConfig(
-                    prologue=prologue, row_units=units, input_dtype=dtype, segments="experts",
-                    tensor_sf_mode=PER_EXPERT, arch=arch)
+    for segments in ("experts", "batches"):
+        for prologue in ELEMENTWISE_PROLOGUES:
+            for units in ROW_UNITS["nvfp4"]:
+                for dtype in INPUT_DTYPES:
+                    name = f"{segments}_{prologue}_nvfp4_u{units}" + ("_fp16" if dtype == "float16" else "")
+                    out[f"{name}/swizzled/{PER_EXPERT}"] = RowConfig(
+                        prologue=prologue, row_units=units, input_dtype=dtype, segments=segments,
+                        tensor_sf_mode=PER_EXPERT, arch=arch)
     return out
 
 
@@ -258,6 +259,10 @@ OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_
        "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
 
 
+# The suffix of the public op's name per grouping of the row kernel's rows.
+SEGMENT_OPS = {"none": "", "experts": "_experts", "batches": "_batched"}
+
+
 def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
     dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
@@ -265,6 +270,6 @@ def op_of(cfg) -> str:
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
-    experts = "_experts" if isinstance(cfg, RowConfig) and cfg.segments == "experts" else ""
-    name = f"{family}_{cfg.fmt}{experts}"
+    segments = SEGMENT_OPS[cfg.segments] if isinstance(cfg, RowConfig) else ""
+    name = f"{family}_{cfg.fmt}{segments}"
     return name if cfg.prologue == "none" else f"{cfg.prologue_op}_{name}"
