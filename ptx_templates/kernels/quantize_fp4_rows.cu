@@ -184,15 +184,14 @@ struct RowPlace {
     i64 scale_index;
 };
 
-// The steps of one row: load (with the prologue), normalize, the tensor
-// scale, quantize, store. `partial` and `maxima`: this row's halves of the
-// CTA's reduction buffers (by the parity of the CTA's row count).
-FP4Q_DEVICE void quantize_row(const u16* __restrict__ x, const u16* __restrict__ weight, u16* __restrict__ residual,
-                              const RowwiseStore& store, i64 x_row_stride, i32 rows, i32 cols, i32 out_cols,
-                              float eps, const TensorScale& launch_scale, float* __restrict__ tensor_sf_ptr,
-                              const RowPlace& place, float (&partial)[ROW_UNITS][WARPS], u32 (&maxima)[WARPS]) {
-    u32 h[ROW_UNITS][WORDS];
-    load_row(x, residual, x_row_stride, place.row, cols, h);
+// The steps of one row after its load (load_row, with the prologue):
+// normalize, the tensor scale, quantize, store. `partial` and `maxima`: this
+// row's halves of the CTA's reduction buffers (by the parity of the CTA's
+// row count).
+FP4Q_DEVICE void quantize_loaded_row(u32 (&h)[ROW_UNITS][WORDS], const u16* __restrict__ weight,
+                                     const RowwiseStore& store, i32 rows, i32 cols, i32 out_cols, float eps,
+                                     const TensorScale& launch_scale, float* __restrict__ tensor_sf_ptr,
+                                     const RowPlace& place, float (&partial)[ROW_UNITS][WARPS], u32 (&maxima)[WARPS]) {
     if constexpr (NORMALIZE) {
         normalize_row(h, weight, rms_inverse(row_sum_of_squares(h, partial), cols, eps), cols);
     }
@@ -250,17 +249,25 @@ fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight
         write_segment_padding(table, experts, sf_out, sf_blocks, out_cols / SF_VEC);
         const i64 end = table.end_row[experts - 1];
         for (i64 row = table.first_row[0] + blockIdx.x; row < end; row += gridDim.x, parity ^= 1) {
+            u32 h[ROW_UNITS][WORDS];
+            // An expert's rows are all read, so the row's loads go out before the search
+            // for its expert, which then overlaps them; a batch's row past its count is
+            // not read, so its batch comes first.
+            if constexpr (EXPERTS) load_row(x, residual, x_row_stride, row, cols, h);
             const int e = segment_of_row(table, experts, row);
-            if (row >= table.end_row[e]) continue;  // past its batch's count
+            if (row >= table.end_row[e]) continue;
+            if constexpr (!EXPERTS) load_row(x, residual, x_row_stride, row, cols, h);
             const RowPlace place{row, table.first_sf_row[e] + (row - table.first_row[e]), e};
-            quantize_row(x, weight, residual, store, x_row_stride, rows, cols, out_cols, eps, launch_scale,
-                         tensor_sf_ptr, place, partial[parity], maxima[parity]);
+            quantize_loaded_row(h, weight, store, rows, cols, out_cols, eps, launch_scale, tensor_sf_ptr, place,
+                                partial[parity], maxima[parity]);
         }
     } else {
         store.padding(rows, cols, out_cols);
         for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-            quantize_row(x, weight, residual, store, x_row_stride, rows, cols, out_cols, eps, launch_scale,
-                         tensor_sf_ptr, RowPlace{row, row, row}, partial[parity], maxima[parity]);
+            u32 h[ROW_UNITS][WORDS];
+            load_row(x, residual, x_row_stride, row, cols, h);
+            quantize_loaded_row(h, weight, store, rows, cols, out_cols, eps, launch_scale, tensor_sf_ptr,
+                                RowPlace{row, row, row}, partial[parity], maxima[parity]);
         }
     }
 }
