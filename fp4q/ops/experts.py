@@ -44,38 +44,26 @@ are neither read nor written. ``sf`` holds expert ``e``'s scales from 128-row bl
 device from the offsets, and zeros in every other byte, on every call. With ``E = 1`` and
 offsets ``(0, M)`` this is ``quantize_nvfp4(x, tensor_sf[0])`` byte for byte."""
 
-QUANTIZE_NVFP4_EXPERTS = Op(
-    name="quantize_nvfp4_experts",
-    summary="The rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
-    doc=f"""Each row of expert ``e`` is quantized as ``quantize_nvfp4`` would with
+
+def _experts(name: str, main: Rows, prologue: str, summary: str, doc: str) -> Op:
+    return Op(name=name, summary=summary, doc=doc, fmt="nvfp4", main=main, inputs=(EXPERT_OFFSETS,),
+              tensor_scale=SCALE, options=(SF_LAYOUT,), outputs=(OUT, SF_OUT), kernels=ROW_KERNELS,
+              call={**EXPERTS, "prologue": prologue})
+
+
+QUANTIZE_NVFP4_EXPERTS = _experts(
+    "quantize_nvfp4_experts", X, "none",
+    "The rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
+    f"""Each row of expert ``e`` is quantized as ``quantize_nvfp4`` would with
 ``tensor_sf[e]``. {RETURNS} Rows of up to K = {longest_row("nvfp4")} elements; no host
 synchronization, so the call can be captured in a CUDA graph and replayed with other
-offsets.""",
-    fmt="nvfp4",
-    main=X,
-    inputs=(EXPERT_OFFSETS,),
-    tensor_scale=SCALE,
-    options=(SF_LAYOUT,),
-    outputs=(OUT, SF_OUT),
-    kernels=ROW_KERNELS,
-    call=EXPERTS,
-)
-
-SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS = Op(
-    name="silu_and_mul_quantize_nvfp4_experts",
-    summary="SiLU·mul of the rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
-    doc=f"""``h = dtype(silu(gate) * up)`` of each row an expert owns (the spec's exact sequence,
+offsets.""")
+SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS = _experts(
+    "silu_and_mul_quantize_nvfp4_experts", GATE_UP, "silu_mul",
+    "SiLU·mul of the rows of each expert quantized to NVFP4 under its own tensor scale, in one launch.",
+    f"""``h = dtype(silu(gate) * up)`` of each row an expert owns (the spec's exact sequence,
 as ``silu_and_mul_quantize_nvfp4``), quantized as ``quantize_nvfp4_experts(h, ...)`` would:
-``q`` is ``(M, N // 2)``. {RETURNS} Rows of up to N = {longest_row("nvfp4")} elements.""",
-    fmt="nvfp4",
-    main=GATE_UP,
-    inputs=(EXPERT_OFFSETS,),
-    tensor_scale=SCALE,
-    options=(SF_LAYOUT,),
-    outputs=(OUT, SF_OUT),
-    kernels=ROW_KERNELS,
-    call={**EXPERTS, "prologue": "silu_mul"},
-)
+``q`` is ``(M, N // 2)``. {RETURNS} Rows of up to N = {longest_row("nvfp4")} elements.""")
 
 
 # ---------------------------------------------------------------- masked batches
