@@ -67,7 +67,7 @@ def check(cp, op: str, x_host, tensor_sf, w_host=None, res_host=None, **kwargs):
     assert len(got) == len(want), what
     assert_bytes_equal(cp.asnumpy(got[0]), want[0], f"q {what}")
     assert_bytes_equal(cp.asnumpy(got[1]), want[1], f"sf {what}")
-    if tensor_sf == "dynamic_per_row":
+    if isinstance(tensor_sf, str) and tensor_sf == "dynamic_per_row":
         assert got[2].dtype == np.float32
         assert_bytes_equal(cp.asnumpy(got[2]), want[2], f"scales {what}")
     if residual is not None:
