@@ -178,10 +178,10 @@ def test_torch_ops_and_flashinfer_drop_ins():
     assert_bytes_equal(q.cpu().numpy(), q_ref, "torch q")
     assert_bytes_equal(sf.cpu().view(torch.uint8).numpy(), sf_ref, "torch sf")
 
-    two_d = sf_ref.reshape(16, 16)  # FlashInfer's (round_up(M, 8), round_up(K / 16, 4))
+    two_d = sf_ref.reshape(16, 64)  # FlashInfer's (round_up(M, 8), round_up(K / 16, 4))
     for q, sf in (peers.fp4_quantize(x, tsf, is_sf_swizzled_layout=True, is_sf_8x4_layout=True),
                   peers.nvfp4_quantize(x, tsf, sfLayout=peers.SfLayout.layout_8x4)):
-        assert sf.dtype == torch.uint8 and tuple(sf.shape) == (16, 16)
+        assert sf.dtype == torch.uint8 and tuple(sf.shape) == (16, 64)
         assert_bytes_equal(q.cpu().numpy(), q_ref, "drop-in q")
         assert_bytes_equal(sf.cpu().numpy(), two_d, "drop-in sf")
     # The 8x4 flag picks between the two tiled layouts: without the swizzled flag, linear.
@@ -191,7 +191,7 @@ def test_torch_ops_and_flashinfer_drop_ins():
     _, sf = peers.silu_and_mul_nvfp4_quantize(gate_up, tsf, is_sf_8x4_layout=True)
     want = reference.silu_and_mul_quantize_nvfp4(np.concatenate([x_host, x_host], 1), np.float32(0.5),
                                                  sf_layout="8x4")[1]
-    assert_bytes_equal(sf.cpu().numpy(), want.reshape(16, 16), "silu_and_mul drop-in sf")
+    assert_bytes_equal(sf.cpu().numpy(), want.reshape(16, 64), "silu_and_mul drop-in sf")
 
 
 # ---------------------------------------------------------------- on any machine
