@@ -361,8 +361,12 @@ def _every_op(x, t, y):
 
 def _experts_ops(x):
     """The experts' quantizers (three experts, their offsets and scales made in the graph), both
-    forms: the output shapes come from the bound on the scale blocks, never from the offsets."""
-    offsets, scales = x.new_zeros((4,), dtype=torch.int32), x.new_ones((3,), dtype=torch.float32)
+    forms: the output shapes come from the bound on the scale blocks, never from the offsets. The
+    offsets own every row (the last past M, which the kernel clamps to M): rows no expert owns
+    are not written, and the outputs are compared whole."""
+    step = (x.shape[0] + 2) // 3
+    offsets = (x.new_ones((4,), dtype=torch.int32).cumsum(0, dtype=torch.int32) - 1) * step
+    scales = x.new_ones((3,), dtype=torch.float32)
     q, sf = ft.quantize_nvfp4_experts(x, offsets, scales)
     out = [q, sf, *ft.quantize_nvfp4_experts(x, offsets, scales, out=torch.empty_like(q), sf_out=torch.empty_like(sf))]
     hq, hsf = ft.silu_and_mul_quantize_nvfp4_experts(x, offsets, scales, fp4_dtype=True)
@@ -371,7 +375,7 @@ def _experts_ops(x):
     # The masked batches: x as batches of ones rows (M even in every shape traced; B = M / 2 keeps
     # every symbolic size above 1).
     b = x.shape[0] // 2
-    xb, counts = x.view(b, 2, x.shape[1]), x.new_zeros((b,), dtype=torch.int32)
+    xb, counts = x.view(b, 2, x.shape[1]), x.new_full((b,), 2, dtype=torch.int32)
     ones = x.new_ones((b,), dtype=torch.float32)
     for valid in (None, counts):
         bq, bsf = ft.quantize_nvfp4_batched(xb, ones, valid_rows=valid)
@@ -582,8 +586,29 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
-        *_rms_norm_samples(x, t), *_per_row_samples(x),
+        *_rms_norm_samples(x, t), *_per_row_samples(x), *_experts_samples(x),
     ]
+
+
+def _experts_samples(x):
+    """One call of every experts' and batches' op, every row owned (the rows no expert owns are not
+    written, and opcheck compares whole outputs): three experts of 100 rows, three batches of 100."""
+    ops, m, k = torch.ops.fp4q, x.shape[0], x.shape[1]
+    offsets = torch.tensor([0, 100, 200, 300], dtype=torch.int32, device="cuda")
+    tsf = torch.tensor([0.5, 2.0, 8.0], device="cuda")
+    xb, counts = x.view(3, m // 3, k), torch.full((3,), m // 3, dtype=torch.int32, device="cuda")
+    samples = []
+    for silu in ("", "silu_and_mul_"):
+        q, sf = getattr(ops, f"{silu}quantize_nvfp4_experts").default(x, offsets, tsf)
+        samples += [(getattr(ops, f"{silu}quantize_nvfp4_experts").default, (x, offsets, tsf)),
+                    (getattr(ops, f"{silu}quantize_nvfp4_experts_out").default,
+                     (x, offsets, tsf, torch.empty_like(q), torch.empty_like(sf.view(torch.uint8))))]
+        q, sf = getattr(ops, f"{silu}quantize_nvfp4_batched").default(xb, tsf)
+        for masked, inputs in (("", (xb,)), ("_masked", (xb, counts))):
+            samples += [(getattr(ops, f"{silu}quantize_nvfp4_batched{masked}").default, (*inputs, tsf)),
+                        (getattr(ops, f"{silu}quantize_nvfp4_batched{masked}_out").default,
+                         (*inputs, tsf, torch.empty_like(q), torch.empty_like(sf.view(torch.uint8))))]
+    return samples
 
 
 def _per_row_samples(x):
