@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import fp4q.torch as ft  # noqa: E402
 from fp4q.numerics import reference  # noqa: E402
-from fp4q.torch import peers  # noqa: E402
+from fp4q.torch import peers, peers_moe  # noqa: E402
 
 from helpers import assert_bytes_equal, mixed_groups  # noqa: E402
 from torch_fakes import fake, fake_cuda  # noqa: E402,F401 (fake: a fixture)
@@ -204,7 +204,7 @@ def test_silu_and_mul_drop_ins_bytes():
 @pytest.mark.parametrize("silu", [False, True])
 @pytest.mark.parametrize("m, k, experts, blocks", [(300, 256, 8, 10), (5, 7168, 64, 5)])
 def test_vllm_experts_shapes(fake, silu, m, k, experts, blocks):
-    op = peers.silu_and_mul_scaled_fp4_experts_quant if silu else ft.scaled_fp4_experts_quant
+    op = peers_moe.silu_and_mul_scaled_fp4_experts_quant if silu else ft.scaled_fp4_experts_quant
     offsets = fake_cuda((experts + 1,), torch.int32)
     q, sf = op(fake_cuda((m, 2 * k if silu else k)), fake_cuda((experts,), torch.float32), offsets,
                torch.empty_like(offsets), 8)
@@ -252,7 +252,7 @@ def test_vllm_experts_bytes():
 def test_grouped_quantizer_shapes(fake, silu):
     b, m, k = 3, 130, 256
     a, mask, tsf = fake_cuda((b, m, 2 * k if silu else k)), fake_cuda((b,), torch.int32), fake_cuda((b,), torch.float32)
-    op = peers.silu_and_mul_scaled_nvfp4_experts_quantize if silu else peers.scaled_fp4_grouped_quantize
+    op = peers_moe.silu_and_mul_scaled_nvfp4_experts_quantize if silu else peers_moe.scaled_fp4_grouped_quantize
     q, sf = op(a, mask, tsf)
     assert meta(q) == ((m, k // 2, b), torch.uint8)
     assert meta(sf) == ((32, 4, 2, 4, k // 64, b), torch.float8_e4m3fn)
@@ -267,7 +267,8 @@ def test_grouped_quantizer_bytes():
     mask, tsf = torch.from_numpy(mask_host).cuda(), torch.from_numpy(tsf_host).cuda()
     for silu in (False, True):
         bits = mixed_groups((b * m, 2 * k if silu else k), rng).reshape(b, m, -1)
-        op = peers.silu_and_mul_scaled_nvfp4_experts_quantize if silu else peers.scaled_fp4_grouped_quantize
+        op = (peers_moe.silu_and_mul_scaled_nvfp4_experts_quantize if silu
+              else peers_moe.scaled_fp4_grouped_quantize)
         want_op = reference.silu_and_mul_quantize_nvfp4_batched if silu else reference.quantize_nvfp4_batched
         want_q, want_sf = want_op(bits, tsf_host, mask_host)
         q, sf = op(_cuda(bits), mask, tsf)
@@ -278,7 +279,7 @@ def test_grouped_quantizer_bytes():
     bits = mixed_groups((b * m, k), rng).reshape(b, m, k)
     # nvfp4_batched_quantize: one scale for every batch (its broadcast is a copy, which CPU-only torch
     # cannot run on fake CUDA tensors: its shapes are checked here).
-    q, sf = peers.nvfp4_batched_quantize(_cuda(bits), tsf[:1])
+    q, sf = peers_moe.nvfp4_batched_quantize(_cuda(bits), tsf[:1])
     assert meta(q) == ((b, m, k // 2), torch.uint8) and meta(sf) == ((b, 256 * (k // 16)), torch.uint8)
     want_q, want_sf = reference.quantize_nvfp4_batched(bits, np.full(b, tsf_host[0], np.float32))
     assert_bytes_equal(_bytes(q), want_q, "batched q")

@@ -1,7 +1,7 @@
 """fp4q in PyTorch: the ops as ``torch.ops.fp4q.*``, Python wrappers that return
 torch tensors, and vLLM's ``scaled_fp4_quant``, ``silu_and_mul_nvfp4_quant``,
 ``scaled_fp4_experts_quant`` and ``silu_and_mul_scaled_fp4_experts_quant``
-(``fp4q.torch.peers`` has those and FlashInfer's calls).
+(``fp4q.torch.peers`` and ``fp4q.torch.peers_moe`` have those and FlashInfer's calls).
 
 ``import fp4q.torch`` registers the ops (``import fp4q`` never imports torch).
 Every op runs fp4q's one call path (``fp4q.ops``: the same rules, plans and
@@ -33,8 +33,8 @@ from ..ops.declare import Choice, Op
 from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
-from .peers import (scaled_fp4_experts_quant, scaled_fp4_quant, silu_and_mul_nvfp4_quant,
-                    silu_and_mul_scaled_fp4_experts_quant)
+from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
+from .peers_moe import scaled_fp4_experts_quant, silu_and_mul_scaled_fp4_experts_quant
 
 ops = torch.ops.fp4q
 

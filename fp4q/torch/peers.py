@@ -1,10 +1,7 @@
-"""Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant``,
-``silu_and_mul_nvfp4_quant``, ``scaled_fp4_experts_quant`` and
-``silu_and_mul_scaled_fp4_experts_quant``; FlashInfer's ``fp4_quantize``, ``nvfp4_quantize``,
-``silu_and_mul_nvfp4_quantize``, ``rmsnorm_fp4quant``, ``add_rmsnorm_fp4quant``,
-``nvfp4_batched_quantize``, ``scaled_fp4_grouped_quantize`` and
-``silu_and_mul_scaled_nvfp4_experts_quantize`` (the last two also SGLang's grouped
-quantizers, whose arguments come in another order). Each has
+"""Drop-ins for the serving engines' NVFP4 quantizer calls: vLLM's ``scaled_fp4_quant`` and
+``silu_and_mul_nvfp4_quant``; FlashInfer's ``fp4_quantize``, ``nvfp4_quantize``,
+``silu_and_mul_nvfp4_quantize``, ``rmsnorm_fp4quant`` and ``add_rmsnorm_fp4quant`` (the
+mixture-of-experts calls are in ``peers_moe``). Each has
 the peer's call shape (name, argument order, defaults, dtypes, output shapes) on fp4q's
 registered ops, so the bits are the spec's.
 ``docs/peers.md`` reads each call from the peer's code and says where the peer's own bytes
@@ -12,8 +9,7 @@ differ (approximate reciprocals, another rounding of the intermediate).
 
 A peer's 2-D scale tensor of shape ``(R, C)`` in the 128x4 layout holds the same bytes as
 fp4q's ``(R / 128, C / 4, 32, 4, 4)`` array, and in the 8x4 layout as fp4q's ``(R / 8, C / 4,
-8, 4)``: the drop-ins reshape; only the grouped quantizers return the permuted views their
-peers return. What a peer offers that fp4q does not compute
+8, 4)``: the drop-ins reshape, never permute. What a peer offers that fp4q does not compute
 yet (row remapping, weight shuffling, fp8 input) raises
 ``ValueError`` naming the argument, before anything runs.
 """
@@ -161,46 +157,6 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
                                                "swizzled", True)
 
 
-def _experts(op, input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk, halves: bool):
-    """vLLM's per-expert quantizers on fp4q's: the scales as vLLM's 2-D float8_e4m3fn view
-    ``(128 * P, 4 * ceil(G / 4))`` of fp4q's blocks."""
-    _require_input(input_tensor, "input_tensor", 16, halves)
-    if input_tensor.dim() != 2:
-        raise ValueError(f"input_tensor must be 2-D (m_topk, {'2k' if halves else 'k'}), got shape "
-                         f"{tuple(input_tensor.shape)}")
-    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
-        raise ValueError(f"topk must be an int >= 1, got {topk!r}")
-    if not isinstance(blockscale_offsets, torch.Tensor) or blockscale_offsets.shape != expert_offsets.shape:
-        got = tuple(blockscale_offsets.shape) if isinstance(blockscale_offsets, torch.Tensor) else blockscale_offsets
-        raise ValueError(f"blockscale_offsets must be a tensor of expert_offsets' shape {tuple(expert_offsets.shape)}, "
-                         f"got {got!r}")
-    q, sf = op(input_tensor, expert_offsets, input_global_scale, "swizzled", True, False)
-    return q, _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
-
-
-def scaled_fp4_experts_quant(input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk):
-    """vLLM's ``scaled_fp4_experts_quant``: the rows of each expert of ``input_tensor``
-    ``(m_topk, k)`` (bf16 or fp16, grouped by expert, ``expert_offsets`` int32 ``(E + 1,)``)
-    quantized to NVFP4 under ``input_global_scale[e]`` (float32 ``(E,)``, ``448 * 6 / amax``).
-    Returns ``(output, output_scales)``: uint8 ``(m_topk, k // 2)`` and float8_e4m3fn
-    ``(128 * P, 4 * ceil(k / 64))``, ``P = min(m_topk, (m_topk + 127 * E) // 128)``, expert
-    ``e``'s scales from row ``blockscale_offsets[e]`` on, as vLLM's view of its larger buffer
-    reads them. fp4q computes those offsets on the device (for valid offsets, vLLM's
-    ``blockscale_offsets``); ``blockscale_offsets`` (its shape checked) and ``topk`` (which
-    vLLM uses to size its buffer) are not read. Every padding byte is 0x00."""
-    return _experts(ops.quantize_nvfp4_experts.default, input_tensor, input_global_scale, expert_offsets,
-                    blockscale_offsets, topk, False)
-
-
-def silu_and_mul_scaled_fp4_experts_quant(input_tensor, input_global_scale, expert_offsets, blockscale_offsets,
-                                          topk):
-    """vLLM's ``silu_and_mul_scaled_fp4_experts_quant``: as ``scaled_fp4_experts_quant`` of
-    the SiLU·mul of ``input_tensor`` ``(m_topk, 2k)`` (gate first): ``output`` uint8
-    ``(m_topk, k // 2)``, ``output_scales`` ``(128 * P, 4 * ceil(k / 64))``."""
-    return _experts(ops.silu_and_mul_quantize_nvfp4_experts.default, input_tensor, input_global_scale,
-                    expert_offsets, blockscale_offsets, topk, True)
-
-
 # ------------------------------------------------------------------------------------- FlashInfer
 def _layout(swizzled: bool, eight_by_four: bool) -> str:
     """FlashInfer's two layout flags as fp4q's layout: the 8x4 flag picks between the two tiled
@@ -292,48 +248,6 @@ def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizz
     q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, _global_scale(global_scale, "global_scale"), layout,
                                                    _pdl(enable_pdl), False)
     return q, _scales_2d(sf, layout, rows.shape[0])
-
-
-def _batched(op, a, mask, a_global_sf, halves: bool):
-    """FlashInfer's and SGLang's grouped quantizers on fp4q's masked batches: the outputs as their
-    views, ``(M, K // 2, B)`` and ``(32, 4, rm, 4, rk, B)`` of the physical ``(B, M, K // 2)`` and
-    ``(B, rm, rk, 32, 4, 4)``."""
-    _require_input(a, "a", 16, halves)
-    if a.dim() != 3:
-        raise ValueError(f"a must be 3-D (B, M, {'2K' if halves else 'K'}), got shape {tuple(a.shape)}")
-    q, sf = op(a, mask, a_global_sf, "swizzled", True, False)
-    return q.permute(1, 2, 0), sf.permute(3, 4, 1, 5, 2, 0)
-
-
-def nvfp4_batched_quantize(a, a_global_sf, sf_vec_size=16):
-    """FlashInfer's ``nvfp4_batched_quantize``: ``a`` ``(B, M, K)`` to ``(a_fp4, a_sf)``, uint8
-    ``(B, M, K // 2)`` and the swizzled scales of each batch flat, uint8 ``(B, round_up(M, 128) *
-    round_up(K // 16, 4))``, every batch under the one-element float32 ``a_global_sf``."""
-    if sf_vec_size != 16:
-        raise ValueError(f"sf_vec_size must be 16 for nvfp4_batched_quantize, got {sf_vec_size!r}")
-    _require_input(a, "a", 16)
-    if a.dim() != 3:
-        raise ValueError(f"a must be 3-D (B, M, K), got shape {tuple(a.shape)}")
-    scale = _global_scale(a_global_sf, "a_global_sf").expand(a.shape[0]).contiguous()
-    q, sf = ops.quantize_nvfp4_batched.default(a, scale, "swizzled", True, False)
-    return q, sf.view(torch.uint8).reshape(a.shape[0], -1)
-
-
-def scaled_fp4_grouped_quantize(a, mask, a_global_sf):
-    """FlashInfer's ``scaled_fp4_grouped_quantize`` (SGLang's ``scaled_fp4_grouped_quant`` with
-    ``(input_tensor, input_global_scale, mask)``): ``a`` ``(B, M, K)``, ``mask`` int32 ``(B,)``
-    (the valid rows of each batch), ``a_global_sf`` float32 ``(B,)``. Returns ``(a_fp4, a_sf)``:
-    the uint8 view ``(M, K // 2, B)`` of ``(B, M, K // 2)`` and the float8_e4m3fn view ``(32, 4,
-    rm, 4, rk, B)`` of ``(B, rm, rk, 32, 4, 4)`` (``rm = ceil(M / 128)``, ``rk = ceil(K / 64)``).
-    Rows past a count are not written in ``a_fp4``; their scales and every padding byte are 0x00."""
-    return _batched(ops.quantize_nvfp4_batched_masked.default, a, mask, a_global_sf, False)
-
-
-def silu_and_mul_scaled_nvfp4_experts_quantize(a, mask, a_global_sf):
-    """FlashInfer's ``silu_and_mul_scaled_nvfp4_experts_quantize`` (SGLang's
-    ``silu_and_mul_scaled_fp4_grouped_quant`` with ``(input_tensor, input_global_scale, mask)``):
-    as ``scaled_fp4_grouped_quantize`` of the SiLU·mul of ``a`` ``(B, M, 2K)`` (gate first)."""
-    return _batched(ops.silu_and_mul_quantize_nvfp4_batched_masked.default, a, mask, a_global_sf, True)
 
 
 def _formats(block_size, scale_format) -> str:
