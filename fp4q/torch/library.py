@@ -216,7 +216,10 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
     checked when the op runs."""
     main = torch_operand(inputs[0], op.main.name, 0)
     counted = op.offsets_index
-    experts = 0 if counted is None else expert_count(torch_operand(inputs[counted], "", 0), op.inputs[counted - 1].name)
+    experts = 0
+    if counted is not None:
+        name = op.inputs[counted - 1].name
+        experts = expert_count(torch_operand(inputs[counted], name, 0), name)
     g = op.geometry(main, options, experts)
     device = main[DEVICE]
     for array, value in zip(op.inputs, inputs[1:]):
