@@ -9,6 +9,7 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.kernels.quantize import ALIGN_SLACK, QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.rows import RowConfig, for_row
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.spec import Swizzle
 
@@ -523,3 +524,22 @@ def test_default_config_arch_default_and_check():
         default_config("sm_89")
     with raises_config("arch must be one of", "got 'sm_100'"):
         default_config("sm_100")
+
+
+def test_row_kernel_shapes():
+    # The smallest CTA that holds the row: 128 threads of one unit up to 128 groups, unless a
+    # row reduction fixes the CTA at 256 threads; then 256 threads of the fewest units.
+    shape = lambda cfg: (cfg.threads, cfg.row_units)  # noqa: E731
+    assert shape(for_row(2048, tensor_sf_mode="per_row")) == (128, 1)
+    assert shape(for_row(4096, tensor_sf_mode="per_row")) == (256, 1)
+    assert shape(for_row(4096, fmt="mxfp4")) == (128, 1)
+    assert shape(for_row(2048, prologue="rms_norm")) == (256, 1)
+    assert shape(for_row(2048, segments="experts", tensor_sf_mode="per_expert")) == (128, 1)
+    assert shape(for_row(4112, segments="experts", tensor_sf_mode="per_expert")) == (256, 2)
+
+
+@pytest.mark.parametrize("units, prologue", [(2, "none"), (1, "rms_norm"), (1, "add_rms_norm")])
+def test_short_row_ctas_only_for_one_unit_without_reduction(units, prologue):
+    with raises_config(f"threads=128 takes row_units=1 and no row reduction (the tree of RMSNorm's sum spans 256 "
+                       f"threads), got row_units={units} and prologue={prologue!r}"):
+        RowConfig(threads=128, row_units=units, prologue=prologue)

@@ -128,9 +128,10 @@ def test_one_expert_is_quantize_nvfp4():
 
 
 @gpu
-@pytest.mark.parametrize("k", [64, 4112, 16384, 32768])  # the row kernel's unit counts 1, 2, 4, 8
+# The row kernel's CTA shapes: 128 threads of one unit, 256 threads of 1, 2, 4 and 8 units.
+@pytest.mark.parametrize("k", [64, 2064, 4112, 16384, 32768])
 @pytest.mark.parametrize("silu", [False, True])
-def test_every_unit_count(k, silu):
+def test_every_cta_shape(k, silu):
     import cupy as cp
 
     rng = np.random.default_rng(k)

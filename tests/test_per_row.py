@@ -26,7 +26,8 @@ from test_rms_norm import rows_of, weight_of
 
 gpu = pytest.mark.gpu
 
-# K per unit count of the row kernel (256 threads): the largest of each, and ones between.
+# K per CTA shape of the row kernel (128 threads of one unit up to 2048, then 256 threads of 1 to 8
+# units): the largest of each, and ones between.
 KS = [16, 4096, 7168, 8192, 14336, 16384, 32768]
 
 
@@ -339,5 +340,7 @@ def test_config_for_names_the_row_kernel(cp):
     x = cp.asarray(np.zeros((6, 8192), np.uint16))
     cfg = fp4q.config_for(x, cp.asarray(np.ones(6, np.float32)))
     assert isinstance(cfg, RowConfig) and (cfg.row_units, cfg.tensor_sf_mode, cfg.prologue) == (2, "per_row", "none")
+    short = fp4q.config_for(x[:, :2048], cp.asarray(np.ones(6, np.float32)))
+    assert (short.threads, short.row_units) == (128, 1)
     with pytest.raises(ValueError, match=r"^config must be None with a tensor scale per row"):
         fp4q.config_for(x, cp.asarray(np.ones(6, np.float32)), config=fp4q.SimtConfig())

@@ -7,8 +7,10 @@ scale (``segments="experts"``; ``ptx_templates/kernels/quantize_fp4_rows.cu``).
 A CTA of ``threads`` threads takes one row at a time; each thread holds
 ``row_units`` units of one group (16 elements for NVFP4, 32 for MXFP4) of the
 row in registers, so a row of up to ``threads * row_units`` groups, the scale
-domain's padding groups included, fits one CTA. ``for_row`` picks the fewest
-units per thread that hold a row of K elements.
+domain's padding groups included, fits one CTA. ``for_row`` picks the smallest
+CTA that holds a row of K elements: 128 threads of one unit where no row
+reduction needs the CTA's shape (short rows, which would leave half of 256
+threads idle), else 256 threads of the fewest units.
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .call import ELEMENTWISE_PROLOGUES, PER_EXPERT, PROLOGUES, ROW_TENSOR_SF_MODES, CallFields
+from .call import ELEMENTWISE_PROLOGUES, PER_EXPERT, PROLOGUES, ROW_PROLOGUES, ROW_TENSOR_SF_MODES, CallFields
 from .rules import ConfigError, check_choice, require
 from .spec import KernelSpec, StrideGrid, params, simt_spec
 from .quantize import quantize_flags
 
 ROW_THREADS = 256
+# Rows of at most 128 groups without a row reduction: twice the CTAs per SM, each thread busy.
+SHORT_ROW_THREADS = 128
 # Units per thread: a thread holds row_units units of x (or r) and of weight, SF_VEC / 2 registers
 # each; MXFP4's units are twice as wide, so it stops at half as many.
 ROW_UNITS = {"nvfp4": (1, 2, 4, 8), "mxfp4": (1, 2, 4)}
-# The grid-stride loop's CTAs: one per row, at most this many rounds of the CTAs that fit.
+# The grid-stride loop's CTAs: one per row, at most this many rounds of the CTAs that fit. A CTA
+# of experts or batches first reads and scans their offsets or counts, so their grid is one round
+# of the CTAs that fit, each walking its share of the rows after one scan.
 ROW_WAVES = 4
+SEGMENT_WAVES = 1
 
 ROW_QUANTIZE_PARAMS = params(
     ("x", "ptr"), ("weight", "ptr"), ("residual", "ptr"), ("expert_offsets", "ptr"), ("valid_rows", "ptr"),
@@ -48,7 +55,7 @@ MAX_EXPERTS = 1024
 @dataclass(frozen=True)
 class RowConfig(CallFields):
     """One row kernel: ``threads`` per CTA (one row at a time) and ``row_units`` groups of
-    the row per thread. The call's fields (``CallFields``) are set from each call: any
+    the row per thread (128 threads: one unit, no row reduction). The call's fields (``CallFields``) are set from each call: any
     prologue, the tensor scale per row or per expert as well, and how the rows are grouped
     (``segments``)."""
 
@@ -59,8 +66,13 @@ class RowConfig(CallFields):
 
     def check(self) -> None:
         self.check_prologue(PROLOGUES)
-        check_choice("threads", self.threads, (ROW_THREADS,))
+        check_choice("threads", self.threads, (SHORT_ROW_THREADS, ROW_THREADS))
         check_choice("row_units", self.row_units, ROW_UNITS[self.fmt])
+        if self.threads == SHORT_ROW_THREADS:
+            require(self.row_units == 1 and self.prologue not in ROW_PROLOGUES,
+                    f"threads={SHORT_ROW_THREADS} takes row_units=1 and no row reduction (the tree of RMSNorm's "
+                    f"sum spans {ROW_THREADS} threads), got row_units={self.row_units} and "
+                    f"prologue={self.prologue!r}")
         check_choice("segments", self.segments, SEGMENTS)
         segmented = self.segments != "none"
         require(segmented == (self.tensor_sf_mode == PER_EXPERT),
@@ -97,7 +109,7 @@ class RowConfig(CallFields):
                      ("ROW_MIN_CTAS", self.min_ctas_per_sm), ("SEGMENTS", SEGMENTS.index(self.segments)),
                      ("MAX_EXPERTS", MAX_EXPERTS))
         return simt_spec("quantize_fp4_rows", self.arch, constants, quantize_flags(self), ROW_QUANTIZE_PARAMS,
-                         self.threads, StrideGrid(1, ROW_WAVES))
+                         self.threads, StrideGrid(1, ROW_WAVES if self.segments == "none" else SEGMENT_WAVES))
 
 
 def longest_row(fmt: str) -> int:
@@ -105,12 +117,19 @@ def longest_row(fmt: str) -> int:
     return RowConfig(fmt=fmt, row_units=ROW_UNITS[fmt][-1]).max_k
 
 
+def row_shapes(fmt: str, prologue: str) -> tuple[tuple[int, int], ...]:
+    """The (threads, row_units) of the row kernels of ``fmt`` with ``prologue``, smallest
+    row first."""
+    short = () if prologue in ROW_PROLOGUES else ((SHORT_ROW_THREADS, 1),)
+    return short + tuple((ROW_THREADS, units) for units in ROW_UNITS[fmt])
+
+
 def for_row(k: int, **call) -> RowConfig:
-    """The row kernel for rows of ``k`` elements with these call fields: the fewest units
-    per thread that hold a row."""
+    """The row kernel for rows of ``k`` elements with these call fields: the smallest CTA
+    shape (``row_shapes``) that holds a row."""
     fmt = call.get("fmt", "nvfp4")
-    for units in ROW_UNITS[fmt]:
-        cfg = RowConfig(row_units=units, **call)
+    for threads, units in row_shapes(fmt, call.get("prologue", "none")):
+        cfg = RowConfig(threads=threads, row_units=units, **call)
         if k <= cfg.max_k:
             return cfg
     raise ConfigError(f"a row of K={k} does not fit one CTA of the row kernel (at most {longest_row(fmt)})")

@@ -17,7 +17,7 @@ from .archs import fits, target
 from .call import (ELEMENTWISE_PROLOGUES, FLOAT32_INPUT, INPUT_DTYPES, PER_EXPERT, PROLOGUES, ROW_PROLOGUES,
                    ROW_TENSOR_SF_MODES, SF_LAYOUTS, TENSOR_SF_MODES)
 from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
-from .rows import ROW_UNITS, RowConfig
+from .rows import ROW_THREADS, RowConfig, row_shapes
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
@@ -189,36 +189,41 @@ def _call_variants(name: str, cfg) -> dict:
     return out
 
 
+def _row_shape_name(threads: int, units: int) -> str:
+    return f"u{units}" + ("" if threads == ROW_THREADS else f"_t{threads}")
+
+
 def row_variants(arch: str) -> dict[str, RowConfig]:
-    """The row kernels for ``arch``, named ``rows_prologue_fmt_uN[_fp16][_floor]/sf_layout/
-    tensor_sf_mode``: each kernel ``rows.for_row`` may pick, in every unit count, input
+    """The row kernels for ``arch``, named ``rows_prologue_fmt_uN[_t128][_fp16][_floor]/sf_layout/
+    tensor_sf_mode``: each kernel ``rows.for_row`` may pick, in every CTA shape, input
     dtype, scale layout and MXFP4 rounding mode. RMSNorm and add+RMSNorm take every
     tensor-scale mode; the element-wise prologues run here only for the modes per row (the
     other kernels take the rest). Then the kernels of experts and of batches (swizzled, a scale
-    per expert or batch), named ``{experts,batches}_prologue_nvfp4_uN[_fp16]/swizzled/per_expert``."""
+    per expert or batch), named ``{experts,batches}_prologue_nvfp4_uN[_t128][_fp16]/swizzled/per_expert``."""
     out = {}
     for prologue in PROLOGUES:
         row_prologue = prologue in ROW_PROLOGUES
         for fmt in FORMATS if row_prologue else ("nvfp4",):
             modes = TENSOR_SF_MODES[fmt] if row_prologue else ()
             modes += ROW_TENSOR_SF_MODES if fmt == "nvfp4" else ()
-            for units in ROW_UNITS[fmt]:
+            for threads, units in row_shapes(fmt, prologue):
                 for dtype in INPUT_DTYPES:
                     for mx_mode in MX_MODES if fmt == "mxfp4" else ("rceil",):
-                        base = (f"rows_{prologue}_{fmt}_u{units}" + ("_fp16" if dtype == "float16" else "")
-                                + ("_floor" if mx_mode == "floor" else ""))
+                        base = (f"rows_{prologue}_{fmt}_{_row_shape_name(threads, units)}"
+                                + ("_fp16" if dtype == "float16" else "") + ("_floor" if mx_mode == "floor" else ""))
                         for layout in SF_LAYOUTS:
                             for mode in modes:
                                 out[f"{base}/{layout}/{mode}"] = RowConfig(
-                                    prologue=prologue, fmt=fmt, row_units=units, input_dtype=dtype, mx_mode=mx_mode,
-                                    sf_layout=layout, tensor_sf_mode=mode, arch=arch)
+                                    prologue=prologue, fmt=fmt, threads=threads, row_units=units, input_dtype=dtype,
+                                    mx_mode=mx_mode, sf_layout=layout, tensor_sf_mode=mode, arch=arch)
     for segments in ("experts", "batches"):
         for prologue in ELEMENTWISE_PROLOGUES:
-            for units in ROW_UNITS["nvfp4"]:
+            for threads, units in row_shapes("nvfp4", prologue):
                 for dtype in INPUT_DTYPES:
-                    name = f"{segments}_{prologue}_nvfp4_u{units}" + ("_fp16" if dtype == "float16" else "")
+                    name = (f"{segments}_{prologue}_nvfp4_{_row_shape_name(threads, units)}"
+                            + ("_fp16" if dtype == "float16" else ""))
                     out[f"{name}/swizzled/{PER_EXPERT}"] = RowConfig(
-                        prologue=prologue, row_units=units, input_dtype=dtype, segments=segments,
+                        prologue=prologue, threads=threads, row_units=units, input_dtype=dtype, segments=segments,
                         tensor_sf_mode=PER_EXPERT, arch=arch)
     return out
 

@@ -239,21 +239,26 @@ fp4q_quantize_fp4_rows(const u16* __restrict__ x, const u16* __restrict__ weight
     const TensorScale launch_scale = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     int parity = 0;
     if constexpr (SEGMENTED) {
-        // `experts`: the experts or batches.
+        // `experts`: the experts or batches. Every row of x may be read for experts (rows no
+        // expert owns are read and dropped), so a CTA's first row is loaded before the table
+        // is built, and each row before the search for its expert, which then overlap the
+        // loads; a batch's row past its count is not read, so its batch comes first.
         __shared__ SegmentTable table;
+        u32 h[ROW_UNITS][WORDS];
+        i64 row = blockIdx.x;
+        bool loaded = false;
         if constexpr (EXPERTS) {
+            if (row < rows) load_row(x, residual, x_row_stride, row, cols, h);
+            loaded = true;
             load_experts(table, expert_offsets, experts, rows);
         } else {
             load_batches(table, valid_rows, experts, batch_rows);
         }
         write_segment_padding(table, experts, sf_out, sf_blocks, out_cols / SF_VEC);
         const i64 end = table.end_row[experts - 1];
-        for (i64 row = table.first_row[0] + blockIdx.x; row < end; row += gridDim.x, parity ^= 1) {
-            u32 h[ROW_UNITS][WORDS];
-            // An expert's rows are all read, so the row's loads go out before the search
-            // for its expert, which then overlaps them; a batch's row past its count is
-            // not read, so its batch comes first.
-            if constexpr (EXPERTS) load_row(x, residual, x_row_stride, row, cols, h);
+        for (; row < end; row += gridDim.x, parity ^= 1, loaded = false) {
+            if (EXPERTS && !loaded) load_row(x, residual, x_row_stride, row, cols, h);
+            if (row < table.first_row[0]) continue;
             const int e = segment_of_row(table, experts, row);
             if (row >= table.end_row[e]) continue;
             if constexpr (!EXPERTS) load_row(x, residual, x_row_stride, row, cols, h);

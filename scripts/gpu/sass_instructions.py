@@ -291,10 +291,13 @@ def kernels(arch: str) -> list[Kernel]:
         cfg = RowConfig(prologue=prologue, row_units=units, tensor_sf_mode=mode, arch=arch)
         out.append(Kernel(f"{prologue}/rows_nvfp4_u{units}_{mode}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
     # The experts and the masked batches (the row kernel walking the rows of its segments).
-    for segments, prologue, units in (("experts", "none", 1), ("experts", "none", 4), ("experts", "silu_mul", 1),
-                                      ("batches", "none", 1)):
-        cfg = RowConfig(prologue=prologue, row_units=units, segments=segments, tensor_sf_mode="per_expert", arch=arch)
-        out.append(Kernel(f"{prologue}/{segments}_nvfp4_u{units}", cfg, units * cfg.sf_vec_size, QUANTIZE_ANCHOR))
+    for segments, prologue, threads, units in (("experts", "none", 128, 1), ("experts", "none", 256, 1),
+                                               ("experts", "none", 256, 4), ("experts", "silu_mul", 128, 1),
+                                               ("batches", "none", 128, 1)):
+        cfg = RowConfig(prologue=prologue, threads=threads, row_units=units, segments=segments,
+                        tensor_sf_mode="per_expert", arch=arch)
+        out.append(Kernel(f"{prologue}/{segments}_nvfp4_u{units}_t{threads}", cfg, units * cfg.sf_vec_size,
+                          QUANTIZE_ANCHOR))
     dq_bases: dict[str, object] = {"vector": DequantizeSimtConfig(vector=True), "plain": DequantizeSimtConfig()}
     if target(arch).features.tma:
         fit = variants.fitted(DequantizeConfig(), arch)
