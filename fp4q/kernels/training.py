@@ -1,0 +1,61 @@
+"""The training quantizer's config: NVFP4 rowwise and columnwise in one pass
+(``ptx_templates/kernels/quantize_fp4_training.cu``).
+
+One CTA of ``TRAINING_THREADS`` threads per ``TRAINING_TILE x TRAINING_TILE``
+tile of x, which it reads once (16-byte loads, staged in shared memory for
+the columns): the directions it writes and the 16x16 blocks are the call's
+fields; the layout, input dtype and target as for every kernel. Each direction's
+tensor scale is a by-value argument or a device float32 (its pointer not null),
+so one kernel serves every tensor-scale mode (``tensor_sf_mode`` stays
+``"value"``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .call import CallFields
+from .quantize import quantize_flags
+from .rules import check_bool, require
+from .spec import KernelSpec, TileGrid, params
+
+TRAINING_THREADS = 256
+# Rows and columns of x per CTA: a multiple of 16 both ways, so that 16x16 blocks and the columnwise
+# groups are whole, and wide enough that a CTA writes 64 contiguous bytes of each q and q_t row.
+TRAINING_TILE = 128
+
+TRAINING_PARAMS = params(
+    ("x", "ptr"), ("out", "ptr"), ("sf_out", "ptr"), ("out_t", "ptr"), ("sf_t_out", "ptr"), ("x_row_stride", "i64"),
+    ("rows", "i32"), ("cols", "i32"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
+    ("columnwise_tensor_sf_value", "f32"), ("columnwise_tensor_sf_ptr", "ptr"),
+)
+
+
+@dataclass(frozen=True)
+class TrainingConfig(CallFields):
+    """The one-pass training quantizer: ``rowwise`` and ``columnwise`` say which outputs it
+    writes, ``block_2d`` one scale per 16x16 block for both (set from each call)."""
+
+    rowwise: bool = True
+    columnwise: bool = True
+    block_2d: bool = False
+
+    def check(self) -> None:
+        self.check_prologue(("none",))
+        for name in ("rowwise", "columnwise", "block_2d"):
+            check_bool(name, getattr(self, name))
+        require(self.fmt == "nvfp4", f"fmt must be 'nvfp4' for a TrainingConfig, got {self.fmt!r}")
+        require(self.tensor_sf_mode == "value",
+                f"tensor_sf_mode must be 'value' for a TrainingConfig (each direction's scale pointer, where "
+                f"not null, is read instead), got {self.tensor_sf_mode!r}")
+        require(self.rowwise or self.columnwise, "rowwise and columnwise are both False: a TrainingConfig writes "
+                                                 "at least one direction")
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec[TileGrid]:
+        constants = (("SIMT_THREADS", TRAINING_THREADS), ("TILE", TRAINING_TILE), ("SF_VEC", 16), ("ROWWISE", int(self.rowwise)),
+                     ("COLUMNWISE", int(self.columnwise)), ("BLOCK_2D", int(self.block_2d)))
+        return KernelSpec("fp4q_quantize_fp4_training", "kernels/quantize_fp4_training.cu", self.arch, constants,
+                          quantize_flags(self), TRAINING_PARAMS, TRAINING_THREADS, 0,
+                          TileGrid(TRAINING_TILE, TRAINING_TILE, persistent=False))

@@ -1,0 +1,172 @@
+// NVFP4 rowwise and columnwise in one pass (NVFP4_SPEC.md, "The project's
+// exact sequences: training quantizers"): x is read once, and its rowwise
+// codes q (M x K/2), its columnwise codes q_t (the rowwise codes of x^T,
+// K x M/2) and their scales are written from it. One CTA per TILE_M x
+// TILE_K tile of x (128 x 128), no TMA, so the same kernel runs on every
+// target. Per tile:
+//
+//   load       each thread 16-byte loads of 8 elements: thread t takes
+//              chunk t % 16 of the tile's rows t / 16 + 16 j, so a warp
+//              reads two whole 256-byte rows per load and a lane pair holds
+//              one rowwise group; the chunks go to shared memory too (the
+//              columnwise direction and 2D blocks read columns)
+//   rowwise    quantize each lane's half group from registers, the pair
+//              agreeing on its amax by a shuffle (or taking its 16x16
+//              block's amax); store: a warp writes 64 contiguous bytes of
+//              two q rows per store
+//   columnwise lane (g, p) of warp w reads the two columns 16 w + 2 p, +1
+//              of the rows 16 (g + 4 h) .. + 15 as 16 words, one per row,
+//              repacks them into two groups of 16 (one per column) and
+//              quantizes them; store: the lanes g of a column write 32
+//              contiguous bytes of its q_t row per store. The tile's rows
+//              hold 16 chunks of 16 bytes, chunk c stored at c ^ 2 (r / 16
+//              % 4) of row r: a warp's 32 words of one row offset are then
+//              in 32 banks, and a quarter warp's 16-byte stores of one row
+//              too.
+//
+// BLOCK_2D: the columnwise pass first takes each 16x16 block's amax
+// (NaN ignored) from its 8 lanes' columns by shuffles; every group of the
+// block, rowwise and columnwise, is quantized with it, so q_t is q
+// transposed, code for code.
+//
+// Scales of tile groups past the last real group up to the layout's whole
+// tiles are written as zeros here; rows of scales past the last row, by
+// write_padding_scales. Needs x's rows, out and out_t 16-byte aligned, K
+// a multiple of 16, and M too where COLUMNWISE or BLOCK_2D (the host's
+// rules).
+// A thread's chunk is the vector walk's unit of 8 elements (half a group).
+#define VEC_ELEMS 8
+#include "layout/scale_layout.cuh"
+#include "kernels/simt_quantize.cuh"
+#include "kernels/vector_quantize.cuh"
+#include "ptx/permute.cuh"
+#include "ptx/shared_memory.cuh"
+#include "ptx/sync.cuh"
+
+constexpr int TILE_M = TILE;  // kernels.training.TRAINING_TILE
+constexpr int TILE_K = TILE;
+constexpr int CHUNKS = TILE_K / 8;  // 16-byte chunks of a tile row
+constexpr int ROW_STEP = SIMT_THREADS / CHUNKS;  // rows between a thread's chunks
+constexpr int LOADS = TILE_M / ROW_STEP;  // a thread's chunks
+constexpr int ROW_GROUPS = TILE_M / 16;
+constexpr int BLOCK_COLS = TILE_K / 16;
+constexpr int WARPS = SIMT_THREADS / 32;
+static_assert(SF_VEC == 16 && ROW_STEP == 16 && LOADS == ROW_GROUPS && WARPS == BLOCK_COLS,
+              "NVFP4; a thread's chunk j in row group j; a warp per block column");
+static_assert(ROW_GROUPS % SF_TILE_GROUPS == 0 && BLOCK_COLS % SF_TILE_GROUPS == 0,
+              "a tile's padding groups of either layout are its own");
+
+// The byte offset of chunk c of tile row r in shared memory.
+FP4Q_DEVICE u32 tile_chunk(int r, int c) { return r * (TILE_K * 2) + ((c ^ (2 * (r / 16 % 4))) * 16); }
+
+// The scale byte of group `group` of output row `row` (groups per row
+// `groups`, rows `rows`): its byte where live, zero in the layout's padding
+// groups, nothing past the domain.
+FP4Q_DEVICE void store_scale(u8* __restrict__ sf, i64 row, int group, int groups, bool live, u32 byte) {
+    if (group < sf_domain_groups(groups)) sf[sf_index(row, group, groups)] = static_cast<u8>(live ? byte : 0u);
+}
+
+// The 16 words of the two columns 2 p, 2 p + 1 of block column bc, rows
+// 16 rg .. 16 rg + 15, as two groups of packed pairs (column 2 p in col[0]).
+FP4Q_DEVICE void load_columns(const u8* tile, int rg, int bc, int p, u32 (&col)[2][8]) {
+    u32 w[16];
+    const int c = 2 * bc + p / 4;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = ld_shared_u32(tile + tile_chunk(16 * rg + i, c) + 4 * (p % 4));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        col[0][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x5410u);
+        col[1][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x7632u);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
+fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out,
+                           u8* __restrict__ out_t, u8* __restrict__ sf_t_out, i64 x_row_stride, i32 rows, i32 cols,
+                           float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, float columnwise_tensor_sf_value,
+                           const float* __restrict__ columnwise_tensor_sf_ptr) {
+    __shared__ alignas(16) u8 tile[TILE_M * TILE_K * 2];
+    __shared__ float block_amax[ROW_GROUPS][BLOCK_COLS];
+    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
+    const i32 m0 = static_cast<i32>(blockIdx.x / tiles_k) * TILE_M;
+    const i32 k0 = static_cast<i32>(blockIdx.x % tiles_k) * TILE_K;
+    const int groups = cols / 16, groups_t = rows / 16;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int chunk = threadIdx.x % CHUNKS, row0 = threadIdx.x / CHUNKS;
+    const bool chunk_live = k0 + 8 * chunk < cols;
+
+    simt_quantize_prologue();
+    u32 w[LOADS][4];
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j) {
+        const i32 row = m0 + row0 + ROW_STEP * j;
+        w[j][0] = w[j][1] = w[j][2] = w[j][3] = 0u;
+        if (chunk_live && row < rows) ld_global_nc_v4(x + row * x_row_stride + k0 + 8 * chunk, w[j][0], w[j][1], w[j][2], w[j][3]);
+    }
+    if constexpr (ROWWISE) write_padding_scales(sf_out, rows, groups);
+    if constexpr (COLUMNWISE) write_padding_scales(sf_t_out, cols, groups_t);
+    const TensorScale tsf = tensor_scale_of(given_tensor_sf(tensor_sf_value, tensor_sf_ptr));
+    const TensorScale tsf_t = tensor_scale_of(given_tensor_sf(columnwise_tensor_sf_value, columnwise_tensor_sf_ptr));
+
+    if constexpr (COLUMNWISE || BLOCK_2D) {
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) st_shared_v4(tile + tile_chunk(row0 + ROW_STEP * j, chunk), w[j][0], w[j][1], w[j][2], w[j][3]);
+    }
+
+    const auto rowwise = [&](auto combine_of) {
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) {
+            const i32 row = m0 + row0 + ROW_STEP * j;
+            const auto run = quantize_run<16, 4>(w[j], tsf.value, tsf.rcp, combine_of(j));
+            const bool live = chunk_live && row < rows;
+            if (live) st_global_u32(out + row * static_cast<i64>(cols / 2) + (k0 + 8 * chunk) / 2, run.q[0]);
+            if (row < rows && chunk % 2 == 0) store_scale(sf_out, row, (k0 + 8 * chunk) / 16, groups, live, run.sf);
+        }
+    };
+    const auto pair_amax = [](int) { return [](float amax) { return max_f32(amax, shfl_sync_bfly_b32(amax, 1)); }; };
+    if constexpr (ROWWISE && !BLOCK_2D) rowwise(pair_amax);
+
+    // 2D blocks: both directions take the block's amax and tensor_sf.
+    const auto quantize_column = [&](const u32(&words)[8], float block) {
+        if constexpr (BLOCK_2D) {
+            return quantize_run<16, 8>(words, tsf.value, tsf.rcp, [block](float) { return block; });
+        } else {
+            return quantize_run<16, 8>(words, tsf_t.value, tsf_t.rcp);
+        }
+    };
+    if constexpr (COLUMNWISE || BLOCK_2D) {
+        __syncthreads();
+        const int p = lane % 8, bc = warp;
+        const i32 k = k0 + 16 * bc + 2 * p;
+        const bool cols_live = k < cols;
+#pragma unroll
+        for (int h = 0; h < ROW_GROUPS / 4; ++h) {
+            const int rg = lane / 8 + 4 * h;
+            const i32 m = m0 + 16 * rg;
+            u32 col[2][8];
+            load_columns(tile, rg, bc, p, col);
+            float block = 0.0f;
+            if constexpr (BLOCK_2D) {
+                block = max_f32(amax_packed(col[0]), amax_packed(col[1]));
+#pragma unroll
+                for (int lane_mask = 1; lane_mask < 8; lane_mask <<= 1) {
+                    block = max_f32(block, shfl_sync_bfly_b32(block, lane_mask));
+                }
+                if (p == 0) block_amax[rg][bc] = block;
+            }
+            if constexpr (COLUMNWISE) {
+                const bool live = cols_live && m < rows;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const auto run = quantize_column(col[c], block);
+                    if (live) st_global_v2(out_t + (k + c) * static_cast<i64>(rows / 2) + m / 2, run.q[0], run.q[1]);
+                    if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, run.sf);
+                }
+            }
+        }
+    }
+    if constexpr (ROWWISE && BLOCK_2D) {
+        __syncthreads();
+        rowwise([=](int j) { return [=](float) { return block_amax[j][chunk / 2]; }; });
+    }
+}
