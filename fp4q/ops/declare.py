@@ -15,7 +15,7 @@ launched).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -116,17 +116,30 @@ class Array:
     ``"scalar"`` (one float32, with the scratch space the chosen launch asks for after
     it: allocated once the launch is known), ``"offsets"`` (int32 ``(E + 1,)``: the
     experts' first rows, an input whose length fixes the geometry's experts),
-    ``"counts"`` (int32 ``(B,)``: the valid rows of each batch). An ``inplace`` input is
-    written too: it must not overlap the main input or an input before it. Under
-    experts and batches, the scales are their blocks."""
+    ``"counts"`` (int32 ``(B,)``: the valid rows of each batch), ``"codes_t"`` and
+    ``"scales_t"`` (the codes and scales of the main input's transpose, ``(K, M // 2)`` and
+    the layout's scales of K rows of ``M // 16`` groups: the columnwise outputs). An
+    ``inplace`` input is written too: it must not overlap the main input or an input
+    before it. Under experts and batches, the scales are their blocks. ``when``: the
+    ``Flag`` option without which the output is not written (``None`` is returned and a
+    buffer passed for it is an error)."""
 
     name: str
     kind: str
     output: bool = True
     inplace: bool = False
+    when: str | None = None
     doc: str = ""
 
+    def present(self, g: Geometry) -> bool:
+        """Whether the call writes it (its ``when`` option, if any, is True)."""
+        return self.when is None or bool(g.options[self.when])
+
     def shape(self, g: Geometry) -> tuple[int, ...]:
+        if self.kind == "codes_t":
+            return (g.k, g.view.rows // 2)
+        if self.kind == "scales_t":
+            return scales_shape(g.options["sf_layout"], (g.k,), g.k, g.view.rows // GROUP_SIZE[g.fmt])
         if self.kind == "codes":
             return g.lead + (g.out_k // 2,)
         if self.kind == "scales":
@@ -146,9 +159,9 @@ class Array:
         return ()
 
     def dtypes(self, g: Geometry) -> tuple[str, ...]:
-        if self.kind == "codes":
+        if self.kind in ("codes", "codes_t"):
             return Q_DTYPES
-        if self.kind == "scales":
+        if self.kind in ("scales", "scales_t"):
             return SF_DTYPES[g.fmt]
         if self.kind == "values":
             return VALUE_DTYPES[g.options["dtype"]]
@@ -160,11 +173,11 @@ class Array:
 
     def role(self, g: Geometry) -> str:
         """What an allocator makes for it (``ops.outputs``)."""
-        if self.kind == "scales":
+        if self.kind in ("scales", "scales_t"):
             return f"sf_{g.fmt}"
         if self.kind == "values":
             return g.options["dtype"]
-        return "q" if self.kind == "codes" else "scale"
+        return "q" if self.kind in ("codes", "codes_t") else "scale"
 
     def extent(self, g: Geometry) -> Extent:
         if self.kind == "codes":
@@ -213,6 +226,20 @@ class Choice:
 
     def check(self, value) -> None:
         require_choice(value, self.name, self.choices)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A keyword option that takes a bool; ``field`` is the kernel config's field it sets."""
+
+    name: str
+    default: bool
+    field: str | None = None
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if type(value) is not bool:
+            raise TypeError(f"{self.name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
 
 
 @dataclass(frozen=True)
@@ -269,13 +296,15 @@ class Kernels(Protocol):
     def check_config(self, op: "Op", config) -> None:
         """Raise where ``config`` (not None) cannot serve ``op``'s calls."""
 
-    def resolve(self, plan, mode: str, pointers: list[int], config) -> Any:
-        """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` and these
-        pointers (only their low four bits may matter: the choice is kept per them)."""
+    def resolve(self, plan, mode: Any, pointers: list[int], config) -> Any:
+        """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` (for an op with a
+        columnwise scale, the pair of both modes) and these pointers (only their low four bits
+        may matter: the choice is kept per them)."""
 
 
 DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
 DYNAMIC_PER_ROW = ROW_TENSOR_SF_MODES[1]  # the launch mode of tensor_sf="dynamic_per_row"
+SAME_SCALE = "same"  # the launch mode of a columnwise scale of None: tensor_sf's
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap in plan keys
@@ -286,7 +315,12 @@ class Op:
     ``kernels`` chooses and launches its kernels; ``call``: kernel config fields the op
     fixes (``kernels.call.CallFields``: its prologue). ``out_keywords``: the caller may pass
     the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config;
-    ``with_input``: see the field."""
+    ``with_input``: see the field. ``columnwise_scale``: a second tensor scale, of the
+    outputs of the transpose (``None``, its default, takes ``tensor_scale``'s);
+    ``rules``: the op's own rules on a geometry (on the options' combination), after
+    the declared ones; ``result``: builds what the call returns from its outputs in order
+    (``None`` where not written) and each tensor scale it used (the device scalar read or
+    computed, or the float32 passed by value), instead of a tuple of the outputs."""
 
     name: str
     summary: str
@@ -297,13 +331,16 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice | Number | Width, ...] = ()
+    options: tuple[Choice | Flag | Number | Width, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
     # An input the function also takes as a keyword (default None) and, given one, runs
     # this other op, whose inputs end with it (RMSNorm's residual: add+RMSNorm).
     with_input: tuple[Array, "Op"] | None = None
+    columnwise_scale: TensorScale | None = None
+    rules: Callable[[Geometry], None] | None = None
+    result: Callable[..., Any] | None = None
     slots: tuple[tuple[str, str], ...] = field(init=False)
     dynamic_slots: tuple[tuple[str, str], ...] = field(init=False)
 
@@ -312,8 +349,9 @@ class Op:
                   *(o.name for o in self.outputs if not o.late))
         slots = tuple((name, "ptr") for name in arrays)
         scale = self.tensor_scale
-        if scale is not None:
-            slots += ((f"{scale.name}_value", "f32"), (f"{scale.name}_ptr", "ptr"))
+        for given in (scale, self.columnwise_scale):
+            if given is not None:
+                slots += ((f"{given.name}_value", "f32"), (f"{given.name}_ptr", "ptr"))
         slots += tuple((o.name, "ptr") for o in self.outputs if o.late)
         object.__setattr__(self, "slots", slots)
         # tensor_sf="dynamic": the scale is one more output, written by the launch.
@@ -381,4 +419,6 @@ class Op:
         if experts and 128 * g.sf_blocks > MAX_ROWS:
             raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} {self.segments} its scales would "
                              f"take {128 * g.sf_blocks} rows, at most {MAX_ROWS}")
+        if self.rules is not None:
+            self.rules(g)
         return g
