@@ -309,3 +309,94 @@ def test_empty(cp):
     assert got.q.shape == (0, 32) and got.q_t.shape == (64, 0) and got.sf_t.shape == (1, 0, 32, 4, 4)
     if fakes.active is not None:
         assert fakes.active.launches == []
+
+
+# ------------------------------------------------------------------- torch
+
+def test_torch_fakes_and_a_compile_trace():
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import fp4q.torch as ft
+    from torch_fakes import fake_cuda
+
+    def training(x, tsf):
+        a = ft.quantize_nvfp4_training(x, tsf)
+        b = ft.quantize_nvfp4_training(x, 2.0, columnwise_tensor_sf=0.5, block_2d=False, sf_layout="linear")
+        c = ft.quantize_nvfp4_training(x, "dynamic", rowwise=False, block_2d=True)
+        d = ft.quantize_nvfp4_training(x, tsf, columnwise=False, fp4_dtype=True)
+        assert c.q is None and c.sf is None and d.q_t is None and d.tensor_sf_t is None
+        return a.q, a.sf, a.q_t, a.sf_t, b.sf, b.sf_t, c.q_t, c.sf_t, c.tensor_sf_t, d.q
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(training, backend=counter, fullgraph=True, dynamic=True)
+    mode = FakeTensorMode()
+    for m, k in ((288, 320), (1024, 640), (160, 576)):
+        with mode:
+            x, tsf = fake_cuda((m, k)), fake_cuda((), torch.float32)
+        q, sf, q_t, sf_t, sfl, sfl_t, c_q_t, c_sf_t, scale, q4 = compiled(x, tsf)
+        assert q.shape == (m, k // 2) and q_t.shape == c_q_t.shape == (k, m // 2) and q4.shape == (m, k // 2)
+        assert sf.shape == fp4q.swizzled_sf_shape(m, k) and sf_t.shape == c_sf_t.shape == fp4q.swizzled_sf_shape(k, m)
+        assert sfl.shape == (m, k // 16) and sfl_t.shape == (k, m // 16) and scale.shape == ()
+        assert (q.dtype, sf.dtype, sf_t.dtype, q4.dtype) == (torch.uint8, torch.float8_e4m3fn, torch.float8_e4m3fn,
+                                                             torch.float4_e2m1fn_x2)
+    assert counter.frame_count == 1
+    with mode:
+        with pytest.raises(ValueError, match=r"^columnwise=True needs M \(x's rows, leading dimensions flattened\) "
+                                             r"to be a multiple of 16, got M=40$"):
+            torch.ops.fp4q.quantize_nvfp4_training(fake_cuda((40, 64)), 1.0)
+
+
+def _torch_check(torch, x_bits, got, tensor_sf, **options):
+    want = reference.quantize_nvfp4_training(x_bits, tensor_sf, **options)
+    torch.cuda.synchronize()
+    for field in ("q", "sf", "q_t", "sf_t"):
+        g, w = getattr(got, field), getattr(want, field)
+        assert (g is None) == (w is None), field
+        if w is not None:
+            assert_bytes_equal(g.view(torch.uint8).cpu().numpy(), w, f"{field} {options}")
+
+
+@gpu
+def test_torch_bit_exact_graphs_and_compile():
+    torch = pytest.importorskip("torch")
+    import fp4q.torch as ft
+
+    rng = np.random.default_rng(8)
+    bits = x_of(272, 400, rng, "columns")
+    x = torch.from_numpy(bits.view(np.int16)).cuda().view(torch.bfloat16)
+    t = torch.tensor(0.5, dtype=torch.float32, device="cuda")
+    for options in (dict(), dict(block_2d=True), dict(rowwise=False), dict(columnwise=False, sf_layout="linear")):
+        _torch_check(torch, bits, ft.quantize_nvfp4_training(x, t, **options), np.float32(0.5), **options)
+        _torch_check(torch, bits, ft.quantize_nvfp4_training(x, 0.5, **options), np.float32(0.5), **options)
+        got = ft.quantize_nvfp4_training(x, "dynamic", **options)
+        _torch_check(torch, bits, got, "dynamic", **options)
+    got = ft.quantize_nvfp4_training(x, 0.5, columnwise_tensor_sf=t)  # mixed kinds: the ops layer's call
+    _torch_check(torch, bits, got, np.float32(0.5), columnwise_tensor_sf=np.float32(0.5))
+
+    # A CUDA graph replays the dynamic call on new values of x.
+    static = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        ft.quantize_nvfp4_training(static, "dynamic")
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ft.quantize_nvfp4_training(static, "dynamic")
+    other = x_of(272, 400, rng, "rows")
+    static.copy_(torch.from_numpy(other.view(np.int16)).cuda().view(torch.bfloat16))
+    graph.replay()
+    _torch_check(torch, other, captured, "dynamic")
+
+    def fn(x, t):
+        r = ft.quantize_nvfp4_training(x, t, block_2d=True)
+        return r.q, r.sf, r.q_t, r.sf_t
+
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        q, sf, q_t, sf_t = torch.compile(fn, backend=backend, fullgraph=True)(x, t)
+        got = fp4q.TrainingQuantized(q, sf, q_t, sf_t, None, None)
+        _torch_check(torch, bits, got, np.float32(0.5), block_2d=True)

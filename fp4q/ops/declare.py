@@ -173,10 +173,14 @@ class Array:
 
     def role(self, g: Geometry) -> str:
         """What an allocator makes for it (``ops.outputs``)."""
+        return self.role_in(g.fmt, g.options)
+
+    def role_in(self, fmt: str, options: Mapping[str, Any]) -> str:
+        """``role`` from the format and the options alone (all it depends on)."""
         if self.kind in ("scales", "scales_t"):
-            return f"sf_{g.fmt}"
+            return f"sf_{fmt}"
         if self.kind == "values":
-            return g.options["dtype"]
+            return options["dtype"]
         return "q" if self.kind in ("codes", "codes_t") else "scale"
 
     def extent(self, g: Geometry) -> Extent:
@@ -320,7 +324,8 @@ class Op:
     ``rules``: the op's own rules on a geometry (on the options' combination), after
     the declared ones; ``result``: builds what the call returns from its outputs in order
     (``None`` where not written) and each tensor scale it used (the device scalar read or
-    computed, or the float32 passed by value), instead of a tuple of the outputs."""
+    computed, or the float32 passed by value), instead of a tuple of the outputs: an
+    object whose ``outputs`` and ``scales`` give them back in that order."""
 
     name: str
     summary: str

@@ -44,6 +44,16 @@ class TrainingQuantized:
     tensor_sf: Any
     tensor_sf_t: Any
 
+    @property
+    def outputs(self) -> tuple:
+        """The outputs in the op's order (``out``, ``sf_out``, ``out_t``, ``sf_t_out``)."""
+        return (self.q, self.sf, self.q_t, self.sf_t)
+
+    @property
+    def scales(self) -> tuple:
+        """The tensor scale of each direction."""
+        return (self.tensor_sf, self.tensor_sf_t)
+
 
 def result(q, sf, q_t, sf_t, tensor_sf, tensor_sf_t) -> TrainingQuantized:
     return TrainingQuantized(q, sf, q_t, sf_t, tensor_sf if q is not None else None,
