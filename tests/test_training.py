@@ -254,6 +254,12 @@ def test_config_rules(cp):
         TrainingConfig(rowwise=False, columnwise=False)
     with pytest.raises(fp4q.ConfigError, match=r"^tensor_sf_mode must be 'value' for a TrainingConfig"):
         TrainingConfig(tensor_sf_mode="pointer")
+    with pytest.raises(fp4q.ConfigError, match=r"^min_ctas_per_sm must be an integer in \[0, 4\], got 5$"):
+        TrainingConfig(min_ctas_per_sm=5)
+    # 0: four CTAs per SM with 1D blocks, ptxas's choice with 16x16 blocks (it would spill at 64 registers).
+    assert dict(TrainingConfig().spec.constants)["MIN_CTAS"] == 4
+    assert dict(TrainingConfig(block_2d=True).spec.constants)["MIN_CTAS"] == 0
+    assert dict(TrainingConfig(block_2d=True, min_ctas_per_sm=2).spec.constants)["MIN_CTAS"] == 2
 
 
 @pytest.mark.parametrize("m, k, grid", [(128, 128, 1), (144, 272, 6), (4096, 4096, 1024), (16, 16, 1)])
@@ -266,6 +272,7 @@ def test_the_launch(cp, m, k, grid, directions, block_2d):
     tsf = cp.asarray(np.float32(2.0)).reshape(())
     got = fp4q.quantize_nvfp4_training(x, tsf, block_2d=block_2d, **directions)
     launch = fakes.active.launches[-1]
+    assert launch["spec"] == TrainingConfig(block_2d=block_2d, **directions).spec
     assert launch["grid"] == (grid, 1, 1) and launch["block"] == (256, 1, 1) and launch["pdl"]
     constants = dict(launch["spec"].constants)
     rowwise, columnwise = directions.get("rowwise", True), directions.get("columnwise", True)

@@ -17,13 +17,15 @@ from dataclasses import dataclass
 
 from .call import CallFields
 from .quantize import quantize_flags
-from .rules import check_bool, require
+from .rules import check_bool, check_int, require
 from .spec import KernelSpec, TileGrid, params
 
 TRAINING_THREADS = 256
 # Rows and columns of x per CTA: a multiple of 16 both ways, so that 16x16 blocks and the columnwise
 # groups are whole, and wide enough that a CTA writes 64 contiguous bytes of each q and q_t row.
 TRAINING_TILE = 128
+# The most CTAs per SM the launch bounds ask for: 4 x 32 KB tiles of shared memory.
+MAX_TRAINING_CTAS = 4
 
 TRAINING_PARAMS = params(
     ("x", "ptr"), ("out", "ptr"), ("sf_out", "ptr"), ("out_t", "ptr"), ("sf_t_out", "ptr"), ("x_row_stride", "i64"),
@@ -35,11 +37,13 @@ TRAINING_PARAMS = params(
 @dataclass(frozen=True)
 class TrainingConfig(CallFields):
     """The one-pass training quantizer: ``rowwise`` and ``columnwise`` say which outputs it
-    writes, ``block_2d`` one scale per 16x16 block for both (set from each call)."""
+    writes, ``block_2d`` one scale per 16x16 block for both (set from each call);
+    ``min_ctas_per_sm`` the launch bounds' CTAs per SM (0: ``default_min_ctas``)."""
 
     rowwise: bool = True
     columnwise: bool = True
     block_2d: bool = False
+    min_ctas_per_sm: int = 0
 
     def check(self) -> None:
         self.check_prologue(("none",))
@@ -51,11 +55,19 @@ class TrainingConfig(CallFields):
                 f"not null, is read instead), got {self.tensor_sf_mode!r}")
         require(self.rowwise or self.columnwise, "rowwise and columnwise are both False: a TrainingConfig writes "
                                                  "at least one direction")
+        check_int("min_ctas_per_sm", self.min_ctas_per_sm, 0, MAX_TRAINING_CTAS)
+
+    @property
+    def default_min_ctas(self) -> int:
+        """Four CTAs per SM (64 registers, 128 KB of x in flight per SM) with 1D blocks; with
+        16x16 blocks ptxas's choice, 80 registers and three CTAs, since at 64 it would spill."""
+        return 0 if self.block_2d else MAX_TRAINING_CTAS
 
     @functools.cached_property
     def spec(self) -> KernelSpec[TileGrid]:
-        constants = (("SIMT_THREADS", TRAINING_THREADS), ("TILE", TRAINING_TILE), ("SF_VEC", 16), ("ROWWISE", int(self.rowwise)),
-                     ("COLUMNWISE", int(self.columnwise)), ("BLOCK_2D", int(self.block_2d)))
+        constants = (("SIMT_THREADS", TRAINING_THREADS), ("TILE", TRAINING_TILE), ("SF_VEC", 16),
+                     ("ROWWISE", int(self.rowwise)), ("COLUMNWISE", int(self.columnwise)),
+                     ("BLOCK_2D", int(self.block_2d)), ("MIN_CTAS", self.min_ctas_per_sm or self.default_min_ctas))
         return KernelSpec("fp4q_quantize_fp4_training", "kernels/quantize_fp4_training.cu", self.arch, constants,
                           quantize_flags(self), TRAINING_PARAMS, TRAINING_THREADS, 0,
                           TileGrid(TRAINING_TILE, TRAINING_TILE, persistent=False))

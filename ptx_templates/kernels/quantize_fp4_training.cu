@@ -80,7 +80,7 @@ FP4Q_DEVICE void load_columns(const u8* tile, int rg, int bc, int p, u32 (&col)[
     }
 }
 
-extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS)
 fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out,
                            u8* __restrict__ out_t, u8* __restrict__ sf_t_out, i64 x_row_stride, i32 rows, i32 cols,
                            float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, float columnwise_tensor_sf_value,

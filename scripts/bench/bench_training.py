@@ -1,14 +1,15 @@
 """The one-pass training quantizer beside fp4q's existing calls composed and a copy of its bytes, in one run.
 
-    python scripts/bench/bench_training.py [--shapes 4096x4096,...] [--quick] [--blocks 1d,2d] [--reps 20]
-                                           [--json OUT] [--md OUT]
+    python scripts/bench/bench_training.py [--shapes 4096x4096,...] [--quick] [--blocks 1d,2d]
+                                           [--min-ctas 0,3] [--reps 20] [--json OUT] [--md OUT]
 
 Per shape (M x K: weights of real layers, 4096x4096 to 16384x53248, and activations of 4096 to 32768
 tokens) and block shape: device time (median, L2 flushed, launches queued behind a spin kernel:
 ``timing.time_fn``) of
 
 - ``one_pass``: ``fp4q.quantize_nvfp4_training(x, tensor_sf)`` (both directions; ``block_2d=True`` for
-  ``2d``) into reused outputs;
+  ``2d``) into reused outputs, once per ``--min-ctas`` value (``TrainingConfig.min_ctas_per_sm``, 0 the
+  default rule), a row each;
 - ``composition``: what a user runs without it, ``fp4q.quantize_nvfp4(x)``, then a CuPy transpose of x
   into a reused buffer and ``fp4q.quantize_nvfp4`` of it (1D blocks only: fp4q has no other call that
   writes 16x16 block scales);
@@ -32,7 +33,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from scripts.bench import timing  # noqa: E402
-from scripts.bench.outputs import add_output_options, names, require_names, write_outputs  # noqa: E402
+from scripts.bench.outputs import add_output_options, ints, names, require_names, write_outputs  # noqa: E402
 
 BLOCKS = ("1d", "2d")
 # Weights (out x in features of Llama-3 8B/70B and larger MLPs) and activations (tokens x hidden).
@@ -50,7 +51,7 @@ def written(m: int, k: int) -> int:
     return m * k // 2 + m * k // 16
 
 
-def run(cases: list[tuple[int, int]], blocks: list[str], reps: int) -> list[dict]:
+def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], reps: int) -> list[dict]:
     import cupy as cp
 
     import fp4q
@@ -62,13 +63,14 @@ def run(cases: list[tuple[int, int]], blocks: list[str], reps: int) -> list[dict
         x = cp.asarray(bits)
         copy = timing.copy_fn_bytes(2 * m * k, 2 * written(m, k))
         t_copy = timing.time_fn(copy, reps=reps).median_us
-        for block in blocks:
+        for block, ctas in ((b, c) for b in blocks for c in min_ctas):
             two_d = block == "2d"
-            got = fp4q.quantize_nvfp4_training(x, 1.0, block_2d=two_d)
+            config = fp4q.TrainingConfig(min_ctas_per_sm=ctas)
+            got = fp4q.quantize_nvfp4_training(x, 1.0, block_2d=two_d, config=config)
             buffers = dict(out=got.q, sf_out=got.sf, out_t=got.q_t, sf_t_out=got.sf_t)
 
             def one_pass():
-                fp4q.quantize_nvfp4_training(x, 1.0, block_2d=two_d, **buffers)
+                fp4q.quantize_nvfp4_training(x, 1.0, block_2d=two_d, config=config, **buffers)
 
             t_one = timing.time_fn(one_pass, reps=reps).median_us
             t_comp = None
@@ -82,7 +84,7 @@ def run(cases: list[tuple[int, int]], blocks: list[str], reps: int) -> list[dict
 
                 t_comp = timing.time_fn(composition, reps=reps, entries=3).median_us
                 del xt
-            row = dict(m=m, k=k, blocks=block, one_pass_us=round(t_one, 2),
+            row = dict(m=m, k=k, blocks=block, min_ctas=ctas, one_pass_us=round(t_one, 2),
                        composition_us=None if t_comp is None else round(t_comp, 2), copy_us=round(t_copy, 2),
                        one_pass_over_copy=round(t_one / t_copy, 3),
                        composition_over_one_pass=None if t_comp is None else round(t_comp / t_one, 3))
@@ -95,12 +97,12 @@ def run(cases: list[tuple[int, int]], blocks: list[str], reps: int) -> list[dict
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| M x K | blocks | one pass us | composition us | copy us | one pass / copy | composition / one pass |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| M x K | blocks | min CTAs | one pass us | composition us | copy us | one pass / copy | "
+             "composition / one pass |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         comp = "n/a" if r["composition_us"] is None else f"{r['composition_us']:.1f}"
         ratio = "n/a" if r["composition_over_one_pass"] is None else f"{r['composition_over_one_pass']:.2f}"
-        lines.append(f"| {r['m']}x{r['k']} | {r['blocks']} | {r['one_pass_us']:.1f} | {comp} | {r['copy_us']:.1f} | "
+        lines.append(f"| {r['m']}x{r['k']} | {r['blocks']} | {r['min_ctas']} | {r['one_pass_us']:.1f} | {comp} | {r['copy_us']:.1f} | "
                      f"{r['one_pass_over_copy']:.2f} | {ratio} |")
     return "\n".join(lines)
 
@@ -110,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", type=shapes, default=None, help=f"comma-separated MxK (default: {SHAPES})")
     parser.add_argument("--quick", action="store_true", help=f"the shapes {QUICK}")
     parser.add_argument("--blocks", type=names, default=list(BLOCKS), help=f"comma-separated, of {', '.join(BLOCKS)}")
+    parser.add_argument("--min-ctas", type=ints, default=[0],
+                        help="comma-separated TrainingConfig.min_ctas_per_sm values (0: the default rule)")
     parser.add_argument("--reps", type=int, default=20)
     add_output_options(parser)
     args = parser.parse_args(argv)
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
     if args.shapes is not None and args.quick:
         parser.error("--shapes and --quick choose the shapes: give one of them")
     cases = args.shapes or shapes(QUICK if args.quick else SHAPES)
-    results = run(cases, args.blocks, args.reps)
+    results = run(cases, args.blocks, args.min_ctas, args.reps)
     write_outputs(args, results, table(results))
     return 0
 
