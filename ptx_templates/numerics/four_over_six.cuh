@@ -6,7 +6,7 @@
 #include "numerics/e4m3.cuh"
 
 // Maps a group's amax onto 4, as R6 maps it onto 6.
-constexpr float R4 = 0.25f;
+[[maybe_unused]] constexpr float R4 = 0.25f;
 
 // One candidate scale of a group: its e4m3 byte, d and inverse scale
 // (spec steps 3-5 with `ratio` in place of R6).

@@ -27,8 +27,8 @@ FP4Q_DEVICE void philox4x32_10(u32 (&c)[4], u32 k0, u32 k1) {
 }
 
 // The direction bit of a group's counter.
-constexpr u32 ROWWISE = 0;
-constexpr u32 COLUMNWISE = 1;
+[[maybe_unused]] constexpr u32 ROWWISE = 0;
+[[maybe_unused]] constexpr u32 COLUMNWISE = 1;
 
 // The four words of the group with row-major index `group` in the output of
 // `direction`: key (seed low, seed high), counter (offset low, offset high,
