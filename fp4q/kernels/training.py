@@ -30,24 +30,26 @@ MAX_TRAINING_CTAS = 4
 TRAINING_PARAMS = params(
     ("x", "ptr"), ("out", "ptr"), ("sf_out", "ptr"), ("out_t", "ptr"), ("sf_t_out", "ptr"), ("x_row_stride", "i64"),
     ("rows", "i32"), ("cols", "i32"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
-    ("columnwise_tensor_sf_value", "f32"), ("columnwise_tensor_sf_ptr", "ptr"),
+    ("columnwise_tensor_sf_value", "f32"), ("columnwise_tensor_sf_ptr", "ptr"), ("seed", "u64"), ("offset", "u64"),
 )
 
 
 @dataclass(frozen=True)
 class TrainingConfig(CallFields):
     """The one-pass training quantizer: ``rowwise`` and ``columnwise`` say which outputs it
-    writes, ``block_2d`` one scale per 16x16 block for both (set from each call);
+    writes, ``block_2d`` one scale per 16x16 block for both, ``stochastic`` the rounding (set
+    from each call);
     ``min_ctas_per_sm`` the launch bounds' CTAs per SM (0: ``default_min_ctas``)."""
 
     rowwise: bool = True
     columnwise: bool = True
     block_2d: bool = False
+    stochastic: bool = False
     min_ctas_per_sm: int = 0
 
     def check(self) -> None:
         self.check_prologue(("none",))
-        for name in ("rowwise", "columnwise", "block_2d"):
+        for name in ("rowwise", "columnwise", "block_2d", "stochastic"):
             check_bool(name, getattr(self, name))
         require(self.fmt == "nvfp4", f"fmt must be 'nvfp4' for a TrainingConfig, got {self.fmt!r}")
         require(self.tensor_sf_mode == "value",
@@ -59,15 +61,16 @@ class TrainingConfig(CallFields):
 
     @property
     def default_min_ctas(self) -> int:
-        """Four CTAs per SM (64 registers, 128 KB of x in flight per SM) with 1D blocks; with
-        16x16 blocks ptxas's choice, 80 registers and three CTAs, since at 64 it would spill."""
-        return 0 if self.block_2d else MAX_TRAINING_CTAS
+        """Four CTAs per SM (64 registers, 128 KB of x in flight per SM) with 1D blocks rounded
+        to nearest; two (up to 128 registers: ptxas takes about 80, so three fit) with 16x16
+        blocks or stochastic rounding, which spill at 64, and on some targets at 80."""
+        return 2 if self.block_2d or self.stochastic else MAX_TRAINING_CTAS
 
     @functools.cached_property
     def spec(self) -> KernelSpec[TileGrid]:
         constants = (("SIMT_THREADS", TRAINING_THREADS), ("TILE", TRAINING_TILE), ("SF_VEC", 16),
-                     ("ROWWISE", int(self.rowwise)), ("COLUMNWISE", int(self.columnwise)),
-                     ("BLOCK_2D", int(self.block_2d)), ("MIN_CTAS", self.min_ctas_per_sm or self.default_min_ctas))
+                     ("WRITES_ROWWISE", int(self.rowwise)), ("WRITES_COLUMNWISE", int(self.columnwise)),
+                     ("BLOCK_2D", int(self.block_2d)), ("STOCHASTIC", int(self.stochastic)), ("MIN_CTAS", self.min_ctas_per_sm or self.default_min_ctas))
         return KernelSpec("fp4q_quantize_fp4_training", "kernels/quantize_fp4_training.cu", self.arch, constants,
                           quantize_flags(self), TRAINING_PARAMS, TRAINING_THREADS, 0,
                           TileGrid(TRAINING_TILE, TRAINING_TILE, persistent=False))

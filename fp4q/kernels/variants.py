@@ -229,17 +229,19 @@ TRAINING_DIRECTIONS = {"rowwise": (True, False), "columnwise": (False, True), "b
 
 
 def training_variants(arch: str) -> dict[str, TrainingConfig]:
-    """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_fp16]/
-    sf_layout``: every direction, block shape, input dtype and scale layout a call may take."""
+    """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_sr][_fp16]/
+    sf_layout``: every direction, block shape, rounding, input dtype and scale layout a call may take."""
     out = {}
     for directions, (rowwise, columnwise) in TRAINING_DIRECTIONS.items():
         for block_2d in (False, True):
-            for dtype in INPUT_DTYPES:
-                name = f"training_{directions}{'_2d' if block_2d else ''}{'_fp16' if dtype == 'float16' else ''}"
-                for layout in SF_LAYOUTS:
-                    out[f"{name}/{layout}"] = TrainingConfig(rowwise=rowwise, columnwise=columnwise,
-                                                             block_2d=block_2d, input_dtype=dtype,
-                                                             sf_layout=layout, arch=arch)
+            for stochastic in (False, True):
+                for dtype in INPUT_DTYPES:
+                    name = (f"training_{directions}{'_2d' if block_2d else ''}{'_sr' if stochastic else ''}"
+                            f"{'_fp16' if dtype == 'float16' else ''}")
+                    for layout in SF_LAYOUTS:
+                        out[f"{name}/{layout}"] = TrainingConfig(rowwise=rowwise, columnwise=columnwise,
+                                                                 block_2d=block_2d, stochastic=stochastic,
+                                                                 input_dtype=dtype, sf_layout=layout, arch=arch)
     return out
 
 
