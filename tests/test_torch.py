@@ -317,8 +317,8 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
     assert options == tuple(c.default for c in sig.op.options)
     scale = sig.dynamic or (given[sig.inputs] if sig.has_scale else None)  # a string computes the scale(s)
-    if sig.op.columnwise_scale is not None:  # the pair; the columnwise scale's default None
-        scale = (scale, None)
+    if sig.op.columnwise_scale is not None:  # one tuple: the columnwise scale's and the per-call defaults
+        scale = (scale, None, *(v.default for v in sig.op.per_call))
     assert tensor_sf == scale
     assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
     assert allocate is library.OUTPUTS[False]
@@ -618,7 +618,8 @@ def _training_samples(x, t):
             (ops.quantize_nvfp4_training.default, (x, 0.5, 2.0, True, True, False, "linear")),
             (ops.quantize_nvfp4_training.Tensor, (x, t, None, False, True, True)),
             (ops.quantize_nvfp4_training_dynamic.default, (x,)),
-            (ops.quantize_nvfp4_training_dynamic.default, (x, True, False))]
+            (ops.quantize_nvfp4_training_dynamic.default, (x, True, False)),
+            (ops.quantize_nvfp4_training.default, (x, 0.5, None, 7, 2**40, True, True, False, True))]
 
 
 def _experts_samples(x):

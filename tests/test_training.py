@@ -82,6 +82,7 @@ def test_bit_exact(m, k, along, block_2d):
     for directions in DIRECTIONS:
         for layout in ("swizzled", "linear", "8x4"):
             check(cp, x, 3.0, block_2d=block_2d, sf_layout=layout, **directions)
+        check(cp, x, 3.0, block_2d=block_2d, stochastic=True, seed=m, offset=k, **directions)
 
 
 @gpu
@@ -99,6 +100,26 @@ def test_tensor_scale_modes(block_2d):
         for columnwise_tensor_sf in (7.0, device, "dynamic"):
             for tensor_sf in (0.5, "dynamic"):
                 check(cp, x, tensor_sf, columnwise_tensor_sf=columnwise_tensor_sf)
+
+
+@gpu
+@pytest.mark.parametrize("block_2d", [False, True])
+def test_stochastic_rounding(block_2d):
+    import cupy as cp
+
+    rng = np.random.default_rng(12 + block_2d)
+    x = x_of(400, 272, rng, "columns")
+    for seed, offset in ((0, 0), (2**64 - 1, 2**63 + 5), (0x1234_5678_9ABC_DEF0, 2**32 - 1)):
+        for tensor_sf in (1.0, "dynamic"):
+            check(cp, x, tensor_sf, block_2d=block_2d, stochastic=True, seed=seed, offset=offset)
+        check(cp, x, 0.25, block_2d=block_2d, stochastic=True, seed=seed, offset=offset, rowwise=False,
+              sf_layout="linear")
+    # Deterministic in (seed, offset); another offset draws other bits.
+    first = fp4q.quantize_nvfp4_training(cp.asarray(x), 1.0, block_2d=block_2d, stochastic=True, seed=7, offset=1)
+    again = fp4q.quantize_nvfp4_training(cp.asarray(x), 1.0, block_2d=block_2d, stochastic=True, seed=7, offset=1)
+    other = fp4q.quantize_nvfp4_training(cp.asarray(x), 1.0, block_2d=block_2d, stochastic=True, seed=7, offset=2)
+    assert_bytes_equal(cp.asnumpy(again.q_t), cp.asnumpy(first.q_t), "the same (seed, offset)")
+    assert (cp.asnumpy(other.q) != cp.asnumpy(first.q)).any() and (cp.asnumpy(other.q_t) != cp.asnumpy(first.q_t)).any()
 
 
 @gpu
@@ -187,6 +208,10 @@ def zeros(cp, shape, dtype=np.uint16):
     (dict(rowwise=1), r"^rowwise must be a bool \(True or False\), got 1 \(int\)$"),
     (dict(block_2d=np.bool_(True)), r"^block_2d must be a bool \(True or False\), got np.True_ \(bool\)$"),
     (dict(sf_layout="tiled"), r"^sf_layout must be one of 'swizzled', 'linear', '8x4', got 'tiled'$"),
+    (dict(stochastic=1), r"^stochastic must be a bool \(True or False\), got 1 \(int\)$"),
+    (dict(stochastic=True, seed=-1), r"^seed must satisfy 0 <= seed < 2\*\*64, got -1$"),
+    (dict(offset=2**64), r"^offset must satisfy 0 <= offset < 2\*\*64, got 18446744073709551616$"),
+    (dict(seed=1.5), r"^seed must be an int, got 1.5 of type float$"),
 ])
 def test_option_rules(cp, options, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -256,10 +281,12 @@ def test_config_rules(cp):
         TrainingConfig(tensor_sf_mode="pointer")
     with pytest.raises(fp4q.ConfigError, match=r"^min_ctas_per_sm must be an integer in \[0, 4\], got 5$"):
         TrainingConfig(min_ctas_per_sm=5)
-    # 0: four CTAs per SM with 1D blocks, ptxas's choice with 16x16 blocks (it would spill at 64 registers).
+    # 0: four CTAs per SM rounding 1D blocks to nearest, two with 16x16 blocks or stochastic rounding
+    # (which would spill at 64 registers, and on some targets at 80).
     assert dict(TrainingConfig().spec.constants)["MIN_CTAS"] == 4
-    assert dict(TrainingConfig(block_2d=True).spec.constants)["MIN_CTAS"] == 0
-    assert dict(TrainingConfig(block_2d=True, min_ctas_per_sm=2).spec.constants)["MIN_CTAS"] == 2
+    assert dict(TrainingConfig(block_2d=True).spec.constants)["MIN_CTAS"] == 2
+    assert dict(TrainingConfig(stochastic=True).spec.constants)["MIN_CTAS"] == 2
+    assert dict(TrainingConfig(block_2d=True, min_ctas_per_sm=3).spec.constants)["MIN_CTAS"] == 3
 
 
 @pytest.mark.parametrize("m, k, grid", [(128, 128, 1), (144, 272, 6), (4096, 4096, 1024), (16, 16, 1)])
@@ -276,7 +303,8 @@ def test_the_launch(cp, m, k, grid, directions, block_2d):
     assert launch["grid"] == (grid, 1, 1) and launch["block"] == (256, 1, 1) and launch["pdl"]
     constants = dict(launch["spec"].constants)
     rowwise, columnwise = directions.get("rowwise", True), directions.get("columnwise", True)
-    assert (constants["ROWWISE"], constants["COLUMNWISE"], constants["BLOCK_2D"]) == (rowwise, columnwise, block_2d)
+    assert (constants["WRITES_ROWWISE"], constants["WRITES_COLUMNWISE"], constants["BLOCK_2D"],
+            constants["STOCHASTIC"]) == (rowwise, columnwise, block_2d, False)
     args = launch["args"]
     assert (args["rows"], args["cols"], args["x_row_stride"]) == (m, k, k)
     assert args["out"] == (got.q.data.ptr if rowwise else 0) and args["out_t"] == (got.q_t.data.ptr if columnwise else 0)
@@ -284,6 +312,22 @@ def test_the_launch(cp, m, k, grid, directions, block_2d):
     if columnwise:
         assert got.q_t.shape == (k, m // 2) and got.tensor_sf_t is tsf
         assert got.sf_t.shape == fp4q.swizzled_sf_shape(k, m)
+
+
+@pytest.mark.parametrize("block_2d", [False, True])
+def test_the_stochastic_launch(cp, block_2d):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = zeros(cp, (64, 256))
+    for seed, offset in ((0, 0), (2**64 - 1, 2**63 + 1), (12345, 678)):
+        fp4q.quantize_nvfp4_training(x, 1.0, block_2d=block_2d, stochastic=True, seed=seed, offset=offset)
+        launch = fakes.active.launches[-1]
+        assert (launch["args"]["seed"], launch["args"]["offset"]) == (seed, offset)
+        assert launch["spec"] == TrainingConfig(block_2d=block_2d, stochastic=True).spec
+    # The seed and offset are not part of the kind of call: one plan, one launch, for every value.
+    plan = next(p for key, p in fp4q.ops.plans.plans._plans.items() if key[0].name == "quantize_nvfp4_training"
+                and key[6] == (True, True, block_2d, True, "swizzled"))
+    assert len(plan.launches) == 1
 
 
 def test_the_scales_launched(cp):
@@ -328,22 +372,24 @@ def test_torch_fakes_and_a_compile_trace():
     import fp4q.torch as ft
     from torch_fakes import fake_cuda
 
-    def training(x, tsf):
+    def training(x, tsf, offset):
         a = ft.quantize_nvfp4_training(x, tsf)
+        e = ft.quantize_nvfp4_training(x, tsf, stochastic=True, seed=5, offset=offset)
         b = ft.quantize_nvfp4_training(x, 2.0, columnwise_tensor_sf=0.5, block_2d=False, sf_layout="linear")
         c = ft.quantize_nvfp4_training(x, "dynamic", rowwise=False, block_2d=True)
         d = ft.quantize_nvfp4_training(x, tsf, columnwise=False, fp4_dtype=True)
         assert c.q is None and c.sf is None and d.q_t is None and d.tensor_sf_t is None
+        assert e.q.shape == a.q.shape and e.q_t.shape == a.q_t.shape
         return a.q, a.sf, a.q_t, a.sf_t, b.sf, b.sf_t, c.q_t, c.sf_t, c.tensor_sf_t, d.q
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("eager")
     compiled = torch.compile(training, backend=counter, fullgraph=True, dynamic=True)
     mode = FakeTensorMode()
-    for m, k in ((288, 320), (1024, 640), (160, 576)):
+    for step, (m, k) in enumerate(((288, 320), (1024, 640), (160, 576))):
         with mode:
             x, tsf = fake_cuda((m, k)), fake_cuda((), torch.float32)
-        q, sf, q_t, sf_t, sfl, sfl_t, c_q_t, c_sf_t, scale, q4 = compiled(x, tsf)
+        q, sf, q_t, sf_t, sfl, sfl_t, c_q_t, c_sf_t, scale, q4 = compiled(x, tsf, 10 + step)
         assert q.shape == (m, k // 2) and q_t.shape == c_q_t.shape == (k, m // 2) and q4.shape == (m, k // 2)
         assert sf.shape == fp4q.swizzled_sf_shape(m, k) and sf_t.shape == c_sf_t.shape == fp4q.swizzled_sf_shape(k, m)
         assert sfl.shape == (m, k // 16) and sfl_t.shape == (k, m // 16) and scale.shape == ()
@@ -382,6 +428,11 @@ def test_torch_bit_exact_graphs_and_compile():
         _torch_check(torch, bits, got, "dynamic", **options)
     got = ft.quantize_nvfp4_training(x, 0.5, columnwise_tensor_sf=t)  # mixed kinds: the ops layer's call
     _torch_check(torch, bits, got, np.float32(0.5), columnwise_tensor_sf=np.float32(0.5))
+    for seed, offset in ((3, 4), (2**64 - 1, 2**63)):  # the schema's int64, then the ops layer's call
+        for block_2d in (False, True):
+            got = ft.quantize_nvfp4_training(x, t, stochastic=True, seed=seed, offset=offset, block_2d=block_2d)
+            _torch_check(torch, bits, got, np.float32(0.5), stochastic=True, seed=seed, offset=offset,
+                         block_2d=block_2d)
 
     # A CUDA graph replays the dynamic call on new values of x.
     static = x.clone()

@@ -26,6 +26,7 @@ from ..numerics.formats import GROUP_SIZE
 from ..numerics.experts import experts_sf_blocks
 from ..numerics.groups import padded_width, require_choice, require_padded_k
 from ..numerics.layouts import scales_shape, tiles_shape
+from ..numerics.philox import require_u64
 from .arrays import OFFSET_DTYPES, Q_DTYPES, SAME_DTYPES, SF_DTYPES, SHAPE, VALUE_DTYPES, Operand
 from .checks import MAX_ROWS, RowsView, rows_view
 
@@ -247,6 +248,21 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class PerCall:
+    """A keyword argument passed to the kernels as a 64-bit unsigned launch parameter of its
+    name, call by call: not part of the kind of call (stochastic rounding's ``seed`` and
+    ``offset``, which change every step)."""
+
+    name: str
+    default: int = 0
+    doc: str = ""
+
+    def launch_value(self, value) -> int:
+        """``value`` after its rule: an int in ``[0, 2**64)``."""
+        return require_u64(value, self.name)
+
+
+@dataclass(frozen=True)
 class Number:
     """A keyword option that takes a real number, passed to the kernels by value as the
     float32 launch parameter of its name; ``rule`` says which float32 values it may round
@@ -321,8 +337,9 @@ class Op:
     the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config;
     ``with_input``: see the field. ``columnwise_scale``: a second tensor scale, of the
     outputs of the transpose (``None``, its default, takes ``tensor_scale``'s);
-    ``rules``: the op's own rules on a geometry (on the options' combination), after
-    the declared ones; ``result``: builds what the call returns from its outputs in order
+    ``per_call``: keyword arguments passed to the kernels call by call (after the
+    options); ``rules``: the op's own rules on a geometry (on the options' combination),
+    after the declared ones; ``result``: builds what the call returns from its outputs in order
     (``None`` where not written) and each tensor scale it used (the device scalar read or
     computed, or the float32 passed by value), instead of a tuple of the outputs: an
     object whose ``outputs`` and ``scales`` give them back in that order."""
@@ -344,6 +361,7 @@ class Op:
     # this other op, whose inputs end with it (RMSNorm's residual: add+RMSNorm).
     with_input: tuple[Array, "Op"] | None = None
     columnwise_scale: TensorScale | None = None
+    per_call: tuple[PerCall, ...] = ()
     rules: Callable[[Geometry], None] | None = None
     result: Callable[..., Any] | None = None
     slots: tuple[tuple[str, str], ...] = field(init=False)
@@ -357,6 +375,7 @@ class Op:
         for given in (scale, self.columnwise_scale):
             if given is not None:
                 slots += ((f"{given.name}_value", "f32"), (f"{given.name}_ptr", "ptr"))
+        slots += tuple((v.name, "u64") for v in self.per_call)
         slots += tuple((o.name, "ptr") for o in self.outputs if o.late)
         object.__setattr__(self, "slots", slots)
         # tensor_sf="dynamic": the scale is one more output, written by the launch.
@@ -366,6 +385,14 @@ class Op:
     @property
     def dynamic(self) -> bool:
         return self.tensor_scale is not None and self.tensor_scale.dynamic
+
+    @property
+    def scalars(self) -> tuple[str, ...]:
+        """The arguments the call path takes as one group after the inputs: the tensor scale,
+        with the columnwise scale and the per-call values where the op has them."""
+        names: tuple[str, ...] = (self.tensor_scale.name,) if self.tensor_scale is not None else ()
+        names += (self.columnwise_scale.name,) if self.columnwise_scale is not None else ()
+        return names + tuple(v.name for v in self.per_call)
 
     @property
     def per_row(self) -> bool:

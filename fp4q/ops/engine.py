@@ -124,7 +124,7 @@ def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple, experts:
 def run(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, allocate):
     """A call of ``op``: its outputs in the declared order (one alone, else a tuple), then
     the dynamic tensor scale where ``tensor_sf`` is ``"dynamic"``; or what its ``result``
-    builds. ``tensor_sf``: the pair ``(tensor_sf, columnwise tensor scale)`` for an op with two."""
+    builds. ``tensor_sf``: the tuple of ``op.scalars`` where the op has more than the tensor scale."""
     return runner(op)(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate)
 
 
@@ -138,7 +138,7 @@ def runner(op: Op) -> Callable:
     if found is not None:
         return found
     source = runner_source(op)
-    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, __name__=__name__)
+    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, PER_CALL=op.per_call, __name__=__name__)
     exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
     fn = scope["run"]
     fn.__source__ = source
@@ -159,7 +159,7 @@ def runner_source(op: Op) -> str:
     lines = [
         "def run(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate):",
         f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
-        *([f"    tensor_sf, {op.columnwise_scale.name} = tensor_sf"] if op.columnwise_scale is not None else []),
+        *([f"    {', '.join(op.scalars)} = tensor_sf"] if len(op.scalars) > 1 else []),
         f"    main = as_operand(a0, {op.main.name!r})",
         "    obj, p0, shape, dtype, device, is_torch = main",
     ]
@@ -237,15 +237,18 @@ def runner_source(op: Op) -> str:
     if op.per_row:  # the scales per row, computed: the kernel's tensor_sf_ptr
         lines += ["    if mode is DYNAMIC_PER_ROW:",
                   "        row_scales, scale_ptr = allocate('scale', plan.row_shapes[1], device, handle)"]
+    # The per-call values, after their rule, follow the scales among the launch values.
+    lines += [f"    {v.name} = PER_CALL[{i}].launch_value({v.name})" for i, v in enumerate(op.per_call)]
+    per_call = "".join(f", {v.name}" for v in op.per_call)
     if scale is None:
-        lines += [f"    values = {pointers}",
-                  "    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, values, config)"]
+        lines += [f"    values = [{', '.join(ptrs)}{per_call}]",
+                  f"    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, {pointers}, config)"]
     elif second is not None:
-        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr, value_t, scale_ptr_t]",
+        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr, value_t, scale_ptr_t{per_call}]",
                   "    modes = (mode, mode_t)",
                   f"    launch = plan.launches.get((modes, low)) or plan.launch_for(modes, low, {pointers}, config)"]
     else:
-        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr]",
+        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr{per_call}]",
                   f"    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, {pointers}, config)"]
     results, late = [], [o for o in op.outputs if o.late]
     for o in op.outputs:

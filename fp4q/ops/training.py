@@ -18,7 +18,7 @@ from typing import Any
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.training import TrainingConfig
-from .declare import DYNAMIC, SAME_SCALE, Array, Flag, Geometry, Op, TensorScale
+from .declare import DYNAMIC, SAME_SCALE, Array, Flag, Geometry, Op, PerCall, TensorScale
 from .global_scale import X, ScaleLaunch
 from .plans import KernelLaunch
 from .quantize import OUT, SF_LAYOUT
@@ -133,7 +133,9 @@ QUANTIZE_NVFP4_TRAINING = Op(
 computed, or the float passed, as float32); a direction not asked for is ``None``. Equal,
 byte for byte, to ``fp4q.reference.quantize_nvfp4_training``. ``block_2d``: one scale per
 16x16 block, shared by both directions, so ``q_t`` is ``q`` transposed code for code (the
-recipe's weights). ``columnwise=True`` and ``block_2d`` need ``M % 16 == 0``.
+recipe's weights). ``stochastic``: the codes round stochastically, deterministic in
+``(seed, offset)`` and the shape (with ``block_2d`` each element is rounded once, with its
+rowwise bits). ``columnwise=True`` and ``block_2d`` need ``M % 16 == 0``.
 ``tensor_sf="dynamic"`` (``columnwise_tensor_sf="dynamic"``) computes ``global_scale(x)``
 on the device first. Needs 16-byte aligned ``x`` rows and outputs.""",
     fmt="nvfp4",
@@ -146,7 +148,13 @@ on the device first. Needs 16-byte aligned ``x`` rows and outputs.""",
     options=(Flag("rowwise", True, "rowwise", doc="write ``q`` and ``sf``"),
              Flag("columnwise", True, "columnwise", doc="write ``q_t`` and ``sf_t``"),
              Flag("block_2d", False, "block_2d", doc="one scale per 16x16 block, for both directions"),
+             Flag("stochastic", False, "stochastic",
+                  doc="stochastic rounding of both directions' codes, with Philox bits of ``(seed, offset)`` and "
+                      "each group's index (NVFP4_SPEC.md, \"Stochastic rounding\")"),
              SF_LAYOUT),
+    per_call=(PerCall("seed", doc="stochastic rounding's Philox key, an int in ``[0, 2**64)``"),
+              PerCall("offset", doc="stochastic rounding's Philox counter base, an int in ``[0, 2**64)``: advance it "
+                                    "(by at least 1) per call for fresh bits")),
     outputs=(Array(OUT.name, OUT.kind, when="rowwise", doc=OUT.doc),
              Array("sf_out", "scales", when="rowwise", doc="the rowwise e4m3 scale bytes in ``sf_layout``"),
              Array("out_t", "codes_t", when="columnwise",

@@ -123,20 +123,25 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
 
 def dispatch_result(entry: Entry, inputs: tuple, scales: tuple, options: tuple, buffers: tuple, pdl, fp4_dtype):
     """``dispatch`` of an op that returns a result object and takes a columnwise scale
-    (``scales``: both): the registered op of the scale's kind where the columnwise scale is
+    (``scales``: both, then the per-call values): the registered op of the scale's kind where the columnwise scale is
     ``None`` or of the same kind (both tensors, both floats); the ops layer otherwise, and
-    where buffers are given (its eager call: a graph break under ``torch.compile``)."""
+    where buffers are given or a per-call value is 2**63 or more (its eager call: a graph
+    break under ``torch.compile``)."""
     op = entry.op
-    tensor_sf, columnwise = scales
+    tensor_sf, columnwise, *calls = scales
     kind = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float" if type(tensor_sf) is float
             else tensor_sf if type(tensor_sf) is str else "")  # "": a kind no schema takes
     same = columnwise is None or (kind == "Tensor" and isinstance(columnwise, torch.Tensor)) or (
         kind == "float" and type(columnwise) is float) or (kind == DYNAMIC and columnwise == DYNAMIC)
-    found = entry.registered.get((kind, False)) if same and not any(b is not None for b in buffers) else None
+    # A per-call value a schema's int64 cannot hold (or no int: the ops layer names its rule); a traced
+    # SymInt goes to the schema, and the op checks its value when it runs.
+    fits = all(isinstance(v, torch.SymInt) or (type(v) is int and 0 <= v < 2**63) for v in calls)
+    found = (entry.registered.get((kind, False)) if same and fits and not any(b is not None for b in buffers)
+             else None)
     if found is None:
         return _eager(op, inputs, scales, options, buffers, None, None, pdl, fp4_dtype)
     registered, sig = found
-    scale = () if sig.dynamic else (tensor_sf, columnwise)
+    scale = (*(() if sig.dynamic else (tensor_sf, columnwise)), *calls)
     returned = registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype))
     assert op.result is not None
     outputs = [r if i is None or options[i] else None for i, r in zip(entry.when, returned)]

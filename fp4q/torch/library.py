@@ -135,6 +135,9 @@ class Signature:
         if self.has_columnwise:
             assert op.columnwise_scale is not None
             args.append(f"{scale}? {op.columnwise_scale.name}=None")
+        # The per-call values: torch's int64 (below 2**63 here), symbolic under torch.compile, so that a
+        # new value (an offset advanced each step) is no recompile.
+        args += [f"SymInt {v.name}={v.default}" for v in op.per_call]
         self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
         if outs:
             args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
@@ -149,7 +152,8 @@ class Signature:
         args += [schema_option(c) for c in tail]
         self.arguments = ", ".join(args)
         # The trailing arguments' defaults: torch leaves out those a call gave as their defaults.
-        self.defaults = (*((None,) if self.has_columnwise else ()), *(c.default for c in lead), True,
+        self.defaults = (*((None,) if self.has_columnwise else ()), *(v.default for v in op.per_call),
+                         *(c.default for c in lead), True,
                          *((False,) if self.fp4 else ()), *(c.default for c in tail))
         self.required = len(args) - len(self.defaults)
         self.inputs = 1 + len(op.inputs)
@@ -165,9 +169,12 @@ class Signature:
         inputs = args[:i]
         tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
         i += self.has_scale
-        if self.op.columnwise_scale is not None:  # the ops layer takes the pair
-            tensor_sf = (tensor_sf, args[i] if self.has_columnwise else None)
+        if len(self.op.scalars) > 1:  # the ops layer takes them as one tuple
+            columnwise = (args[i] if self.has_columnwise else None,) if self.op.columnwise_scale is not None else ()
             i += self.has_columnwise
+            calls = args[i:i + len(self.op.per_call)]
+            i += len(self.op.per_call)
+            tensor_sf = (tensor_sf, *columnwise, *calls)
         buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
         i += self.out_count
         options = args[i:i + self.lead]
@@ -249,8 +256,12 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
         experts = expert_count(torch_operand(inputs[counted], name, 0), name)
     g = op.geometry(main, options, experts)
     device = main[DEVICE]
+    if op.per_call:
+        for value, v in zip(tensor_sf[-len(op.per_call):], op.per_call):
+            if type(value) is int:  # a traced SymInt is checked when the op runs
+                v.launch_value(value)
     if op.columnwise_scale is not None:
-        tensor_sf, columnwise = tensor_sf
+        tensor_sf, columnwise = tensor_sf[:2]
         name = op.columnwise_scale.name
         if isinstance(columnwise, torch.Tensor):
             device_scale(torch_operand(columnwise, name, 0), device, (), name)
