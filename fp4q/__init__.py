@@ -23,11 +23,13 @@ from .kernels.spec import Swizzle
 from .numerics import layouts, reference
 from .numerics.layouts import sf_8x4_shape, swizzle_sf, swizzle_sf_8x4, swizzled_sf_shape, unswizzle_sf, unswizzle_sf_8x4
 from .kernels.rows import RowConfig
+from .kernels.training import TrainingConfig
 from .numerics.experts import experts_sf_shape
 from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
                       quantize_nvfp4_batched, quantize_nvfp4_experts, rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4,
                       silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4, silu_and_mul_quantize_nvfp4_batched,
-                      silu_and_mul_quantize_nvfp4_experts)
+                      silu_and_mul_quantize_nvfp4_experts, quantize_nvfp4_training)
+from .ops.training import TrainingQuantized
 
 __all__ = [
     "__version__",
@@ -41,6 +43,8 @@ __all__ = [
     "silu_and_mul_quantize_nvfp4_experts",
     "quantize_nvfp4_batched",
     "silu_and_mul_quantize_nvfp4_batched",
+    "quantize_nvfp4_training",
+    "TrainingQuantized",
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
@@ -50,6 +54,7 @@ __all__ = [
     "DequantizeSimtConfig",
     "QuantizeConfig",
     "RowConfig",
+    "TrainingConfig",
     "SimtConfig",
     "Swizzle",
     "default_config",

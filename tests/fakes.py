@@ -27,7 +27,7 @@ SUCCESS = cu.CUresult.CUDA_SUCCESS
 PDL_ATTR = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 SM_COUNT = 132
 CTAS_PER_SM = 2
-C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
+C_TYPES = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
            "f32": ctypes.c_float}
 
 

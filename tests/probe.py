@@ -1,7 +1,7 @@
-"""The numerics probe: a test kernel (tests/kernels/numerics_probe.cu) that runs the
-numerics headers on raw float32 inputs, so that the GPU tests compare each step
-with the reference bit for bit. It is built by the tests only; the package never
-ships or precompiles it."""
+"""The numerics probes: test kernels (tests/kernels/numerics_probe.cu, and
+training_probe.cu for the training numerics) that run the numerics headers on raw
+inputs, so that the GPU tests compare each step with the reference bit for bit.
+They are built by the tests only; the package never ships or precompiles them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pathlib
 from fp4q.kernels.archs import check_arch
 from fp4q.kernels.spec import KernelSpec, StrideGrid, params
 
-TEMPLATE = pathlib.Path(__file__).resolve().parent / "kernels" / "numerics_probe.cu"
+KERNELS = pathlib.Path(__file__).resolve().parent / "kernels"
+TEMPLATE = KERNELS / "numerics_probe.cu"
 
 PROBE_PARAMS = params(
     ("v", "ptr"), ("codes", "ptr"), ("amax", "ptr"), ("sf", "ptr"), ("inv", "ptr"), ("tensor_sf", "f32"),
@@ -25,3 +26,19 @@ def numerics_probe_spec(arch: str) -> KernelSpec[StrideGrid]:
     return KernelSpec(name="fp4q_numerics_probe", template=str(TEMPLATE), arch=arch, constants=(),
                       flags=(("FP4Q_INPUT_FP16", False),), params=PROBE_PARAMS, threads=256, smem_bytes=0,
                       grid=StrideGrid(256))
+
+
+TRAINING_PROBE_PARAMS = params(
+    ("counters", "ptr"), ("keys", "ptr"), ("philox", "ptr"), ("rng", "ptr"), ("group_words", "ptr"), ("v", "ptr"),
+    ("rbytes", "ptr"), ("rounded", "ptr"), ("rbits", "ptr"), ("words", "ptr"), ("mask", "u32"),
+    ("transformed", "ptr"), ("inverted", "ptr"), ("tensor_sf", "f32"), ("errors", "ptr"), ("scales", "ptr"),
+    ("block_errors", "ptr"), ("block_scales", "ptr"), ("items", "i32"),
+)
+
+
+def training_probe_spec(arch: str) -> KernelSpec[StrideGrid]:
+    """The training numerics probe's spec for ``arch``."""
+    check_arch(arch)
+    return KernelSpec(name="fp4q_training_probe", template=str(KERNELS / "training_probe.cu"), arch=arch,
+                      constants=(), flags=(("FP4Q_INPUT_FP16", False),), params=TRAINING_PROBE_PARAMS,
+                      threads=128, smem_bytes=0, grid=StrideGrid(128))

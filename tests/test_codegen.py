@@ -9,7 +9,7 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.jit.render import KernelSource, expand_includes, render, templates_dir
 from fp4q.kernels.archs import ALL_TARGETS, target
-from probe import TEMPLATE as PROBE_TEMPLATE, numerics_probe_spec
+from probe import TEMPLATE as PROBE_TEMPLATE, numerics_probe_spec, training_probe_spec
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.spec import Swizzle
 
@@ -54,9 +54,10 @@ def test_templates_dir_finds_ptx_templates():
     assert d.resolve() == REPO_TEMPLATES.resolve()
     for name in TEMPLATES:
         assert (d / name).is_file(), name
-    # The numerics probe is a test kernel: it lives with the tests, not among the package's templates.
-    assert not list(d.rglob("numerics_probe*")) and PROBE_TEMPLATE.is_file()
+    # The numerics probes are test kernels: they live with the tests, not among the package's templates.
+    assert not list(d.rglob("*_probe*")) and PROBE_TEMPLATE.is_file()
     assert pathlib.Path(numerics_probe_spec("sm_90a").template) == PROBE_TEMPLATE
+    assert pathlib.Path(training_probe_spec("sm_90a").template) == PROBE_TEMPLATE.with_name("training_probe.cu")
 
 
 def test_templates_dir_missing_raises(monkeypatch, tmp_path):

@@ -14,9 +14,9 @@ import fp4q._version
 from fp4q.jit import compiler
 from fp4q.jit.cache import BinaryCache
 from fp4q.jit.render import KernelSource, expand_includes, render
-from probe import numerics_probe_spec
+from probe import numerics_probe_spec, training_probe_spec
 from fp4q.jit.compiler import CompileError, CompiledKernel, Resources, compile_source, parse_resources
-from fp4q.kernels.archs import ARCHS
+from fp4q.kernels.archs import ALL_TARGETS, ARCHS
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config
 from fp4q.kernels.variants import all_variants
 
@@ -76,10 +76,12 @@ def test_variant_compiles_cleanly(arch, name, cfg, variants_cache):
             assert producer <= res.registers <= consumer
 
 
-@pytest.mark.parametrize("arch", ARCH_LIST)
-def test_numerics_probe_compiles(arch, session_cache):
-    kernel = compile_source(render(numerics_probe_spec(arch)), cache=session_cache)
-    assert_is_cubin(kernel.cubin, "fp4q_numerics_probe")
+@pytest.mark.parametrize("probe", [numerics_probe_spec, training_probe_spec])
+@pytest.mark.parametrize("arch", sorted(ALL_TARGETS))
+def test_numerics_probes_compile(arch, probe, session_cache):
+    spec = probe(arch)
+    kernel = compile_source(render(spec), cache=session_cache)
+    assert_is_cubin(kernel.cubin, spec.name)
     assert kernel.resources.spill_bytes == 0
 
 

@@ -33,6 +33,9 @@ MNEMONICS = {
     "max_nan_f32": "max.NaN.f32",
     "min_nan_f32": "min.NaN.f32",
     "prmt_b32": "prmt.b32",
+    "brev_b32": "brev.b32",
+    "mul_wide_u32": "mul.wide.u32",
+    "cvt_rzi_u32_f32": "cvt.rzi.u32.f32",
     "cvt_rn_satfinite_e4m3x2_f32": "cvt.rn.satfinite.e4m3x2.f32",
     "cvt_rn_f16x2_e4m3x2": "cvt.rn.f16x2.e4m3x2",
     "cvt_f32_f16": "cvt.f32.f16",
@@ -119,6 +122,8 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= max_nan_xorsign_abs_bf16x2(e4, bits);
     bits ^= max_nan_xorsign_abs_f16x2(h2, bits);
     bits ^= prmt_b32(bits, e4, 0x7351u);
+    bits ^= brev_b32(bits) ^ cvt_rzi_u32_f32(r);
+    bits ^= static_cast<u32>(mul_wide_u32(bits, e4) >> 32);
     r = max_nan_f32(r, b);
     r = min_nan_f32(r, a);
     bits ^= cvt_rn_bf16x2_f32(a, r);

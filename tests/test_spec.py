@@ -17,7 +17,7 @@ from fp4q.cuda import launch
 from fp4q.cuda.launch import Launcher
 from fp4q.jit.render import render
 from fp4q.kernels.archs import ARCHS
-from probe import numerics_probe_spec
+from probe import numerics_probe_spec, training_probe_spec
 from fp4q.kernels.spec import (PARAM_C_TYPES, Extent, KernelSpec, MapSpec, Param, StrideGrid, TileGrid,
                               WarpSpecialized, params)
 from fp4q.kernels.variants import all_variants
@@ -49,6 +49,7 @@ def shipped_specs():
         for name, cfg in all_variants(arch).items():
             specs.setdefault(cfg.spec, f"{arch}/{name}")
         specs.setdefault(numerics_probe_spec(arch), f"{arch}/numerics_probe")
+        specs.setdefault(training_probe_spec(arch), f"{arch}/training_probe")
     return specs
 
 

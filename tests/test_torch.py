@@ -74,7 +74,10 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
                                                     "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
                                                     "quantize_nvfp4_batched_masked",
                                                     "silu_and_mul_quantize_nvfp4_batched_masked")
-               for out in ("", "_out")]]
+               for out in ("", "_out")],
+             # Returns a result object (its outputs, then a computed scale): no _out ops.
+             ("quantize_nvfp4_training", "Tensor"), ("quantize_nvfp4_training", "default"),
+             ("quantize_nvfp4_training_dynamic", "default")]
 
 
 def test_schemas():
@@ -92,8 +95,8 @@ def test_schemas():
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned third
-            assert not scale and len(schema.returns) == 3, schema
+        if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned after the outputs
+            assert not scale and len(schema.returns) == (5 if "training" in name else 3), schema
         elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
@@ -297,10 +300,14 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     sig = library.SIGNATURES[name]
     calls = []
     outputs = ("q", "sf", "scale")[:len(sig.op.outputs) + bool(sig.dynamic)]
+    made = outputs
+    if sig.op.result is not None:  # a result object: its outputs, then the computed scale
+        made = sig.op.result("q", "sf", "q_t", "sf_t", "scale", "scale_t")
+        outputs = made.outputs + (("scale",) if sig.dynamic else ())
 
     def runner(op):
         assert op is sig.op
-        return lambda *args: calls.append(args) or outputs
+        return lambda *args: calls.append(args) or made
 
     monkeypatch.setattr(library, "runner", runner)
     kernel = sig.kernel()
@@ -310,6 +317,8 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
     assert options == tuple(c.default for c in sig.op.options)
     scale = sig.dynamic or (given[sig.inputs] if sig.has_scale else None)  # a string computes the scale(s)
+    if sig.op.columnwise_scale is not None:  # one tuple: the columnwise scale's and the per-call defaults
+        scale = (scale, None, *(v.default for v in sig.op.per_call))
     assert tensor_sf == scale
     assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
     assert allocate is library.OUTPUTS[False]
@@ -344,6 +353,7 @@ def _every_op(x, t, y):
     ft.dequantize_nvfp4(q, sf, 0.5, out=y)
     ft.dequantize_nvfp4(q, sf, t, out=y)
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
+    out_training = _training_ops(x, t)
     y4 = ft.dequantize_mxfp4(qm, sfm, out=torch.empty_like(y))
     v = ft.scaled_fp4_quant(x, t)
     # The dynamic scale with out= given: one op, quantize_nvfp4_dynamic_out.
@@ -356,7 +366,7 @@ def _every_op(x, t, y):
     s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
     s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y), *_experts_ops(x))
+            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y), *_experts_ops(x), *out_training)
 
 
 def _experts_ops(x):
@@ -436,7 +446,18 @@ def _functional_ops(x, t, y):
     y2 = ft.dequantize_nvfp4(qf, sff, 0.75, sf_layout="linear", dtype="float32")
     y3 = ft.dequantize_mxfp4(qm, sfm, dtype="float32")
     v = ft.scaled_fp4_quant(x, t)
-    return q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v, *_silu_ops(x, t)
+    return (q, sf, q1, sf1, scale, qf, sff, qm, sfm, y1, y2, y3, ft.global_scale(x), *v, *_silu_ops(x, t),
+            *_training_ops(x, t))
+
+
+def _training_ops(x, t):
+    """The training quantizer's registered ops, rowwise (any M: the columnwise direction is
+    test_training's, on M a multiple of 16)."""
+    out = []
+    for scale in (t, 1.5, "dynamic"):
+        r = ft.quantize_nvfp4_training(x, scale, columnwise=False)
+        out += [r.q, r.sf]
+    return out
 
 
 def test_compile_traces_every_op_without_a_graph_break_or_a_recompile():
@@ -586,8 +607,19 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(hq), torch.empty_like(hsf))),
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
-        *_rms_norm_samples(x, t), *_per_row_samples(x), *_experts_samples(x),
+        *_rms_norm_samples(x, t), *_per_row_samples(x), *_experts_samples(x), *_training_samples(x[:288], t),
     ]
+
+
+def _training_samples(x, t):
+    """The training quantizer's overloads (x of M = 288 rows), a direction left out in some."""
+    ops = torch.ops.fp4q
+    return [(ops.quantize_nvfp4_training.default, (x, 0.5)),
+            (ops.quantize_nvfp4_training.default, (x, 0.5, 2.0, True, True, False, "linear")),
+            (ops.quantize_nvfp4_training.Tensor, (x, t, None, False, True, True)),
+            (ops.quantize_nvfp4_training_dynamic.default, (x,)),
+            (ops.quantize_nvfp4_training_dynamic.default, (x, True, False)),
+            (ops.quantize_nvfp4_training.default, (x, 0.5, None, 7, 2**40, True, True, False, True))]
 
 
 def _experts_samples(x):

@@ -13,6 +13,7 @@ from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.rows import RowConfig
+from fp4q.kernels.training import TrainingConfig
 from fp4q.kernels.spec import Swizzle
 from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted
 
@@ -205,10 +206,11 @@ def test_what_sm_120f_ships():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", EMULATED_SM_80])
-def test_pre_hopper_ships_only_simt_row_and_global_scale(arch):
+def test_pre_hopper_ships_only_simt_row_training_and_global_scale(arch):
     out = all_variants(arch)
     kinds = {type(c) for c in out.values()}
-    assert kinds == {SimtConfig, RowConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig, FusedDynamicConfig}
+    assert kinds == {SimtConfig, RowConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig, FusedDynamicConfig,
+                     TrainingConfig}
     assert set(SIMT) <= {n.split("/")[0] for n in out if isinstance(out[n], SimtConfig)}
 
 

@@ -31,7 +31,7 @@ class Swizzle(enum.IntEnum):
 # Kernel parameter kinds and how a launch stores them: a tensor map is passed by
 # the address of its 128-byte storage (the driver copies it); every other kind is
 # a scalar in the argument block, in the struct format given here.
-PARAM_FORMATS = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "f32": "f"}
+PARAM_FORMATS = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f"}
 PARAM_KINDS = ("map", *PARAM_FORMATS)
 
 # The C type each kind is declared with in the templates' extern "C" signatures.
@@ -41,6 +41,7 @@ PARAM_C_TYPES = {
     "i32": ("i32",),
     "u32": ("u32",),
     "i64": ("i64",),
+    "u64": ("u64",),
     "f32": ("float",),
 }
 

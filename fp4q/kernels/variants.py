@@ -22,6 +22,7 @@ from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from .rules import ConfigError
+from .training import TrainingConfig
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
 S = Swizzle
@@ -228,13 +229,35 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
     return out
 
 
-def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig]:
+# The training quantizer's directions (rowwise, columnwise) with and without 16x16 blocks.
+TRAINING_DIRECTIONS = {"rowwise": (True, False), "columnwise": (False, True), "both": (True, True)}
+
+
+def training_variants(arch: str) -> dict[str, TrainingConfig]:
+    """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_sr][_fp16]/
+    sf_layout``: every direction, block shape, rounding, input dtype and scale layout a call may take."""
+    out = {}
+    for directions, (rowwise, columnwise) in TRAINING_DIRECTIONS.items():
+        for block_2d in (False, True):
+            for stochastic in (False, True):
+                for dtype in INPUT_DTYPES:
+                    name = (f"training_{directions}{'_2d' if block_2d else ''}{'_sr' if stochastic else ''}"
+                            f"{'_fp16' if dtype == 'float16' else ''}")
+                    for layout in SF_LAYOUTS:
+                        out[f"{name}/{layout}"] = TrainingConfig(rowwise=rowwise, columnwise=columnwise,
+                                                                 block_2d=block_2d, stochastic=stochastic,
+                                                                 input_dtype=dtype, sf_layout=layout, arch=arch)
+    return out
+
+
+def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig | TrainingConfig]:
     """Every shipped config for ``arch``, duplicates dropped, each in every scale layout it
     writes and both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
     defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
     precompiled cache holds every kernel a call can pick; then the dequantization
-    variants and ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer)."""
+    variants and ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer),
+    and the training quantizers."""
     target(arch)
     choosable = {**tuned_variants(arch), **default_variants(arch),
                  **{name: cfg.replace(arch=arch) for name, cfg in SIMT.items()}}
@@ -253,6 +276,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
     out.update(row_variants(arch))
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
+    out.update(training_variants(arch))
     return out
 
 
@@ -261,7 +285,7 @@ OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_
        "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
        "add_rms_norm_quantize_mxfp4", "quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
        "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
-       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "quantize_nvfp4_training")
 
 
 # The suffix of the public op's name per grouping of the row kernel's rows.
@@ -272,6 +296,8 @@ def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
     dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
     those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
+    if isinstance(cfg, TrainingConfig):
+        return "quantize_nvfp4_training"
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"

@@ -21,12 +21,13 @@ from .outputs import cupy_outputs
 from .quantize import QUANTIZE_MXFP4, QUANTIZE_NVFP4, check_no_config, resolve_config
 from .rms_norm import RMS_NORM_QUANTIZE_MXFP4, RMS_NORM_QUANTIZE_NVFP4
 from .rows import ROW_KERNELS
+from .training import QUANTIZE_NVFP4_TRAINING
 
 # Every public op, in the order the documentation lists them.
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
                        RMS_NORM_QUANTIZE_NVFP4, RMS_NORM_QUANTIZE_MXFP4, QUANTIZE_NVFP4_EXPERTS,
                        SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS, QUANTIZE_NVFP4_BATCHED, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
-                       DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+                       QUANTIZE_NVFP4_TRAINING, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
 # With the ops a public function runs for an optional input (add+RMSNorm): what torch registers.
 ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_input is not None)
 
@@ -52,6 +53,7 @@ quantize_nvfp4_experts = _FUNCTIONS["quantize_nvfp4_experts"]
 silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_experts"]
 quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
 silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
+quantize_nvfp4_training = _FUNCTIONS["quantize_nvfp4_training"]
 
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", padded_k=None, out=None,

@@ -144,22 +144,22 @@ def _has(x, attr: str) -> bool:
         return True
 
 
-def tensor_scale(tensor_sf, device: int, row_shapes: tuple = ()) -> tuple[str, float, int]:
+def tensor_scale(tensor_sf, device: int, row_shapes: tuple = (), name: str = "tensor_sf") -> tuple[str, float, int]:
     """``(mode, value, ptr)``: ``("value", v, 0)`` for a host tensor_sf ``v`` (range-checked;
     the launch packs it as a C float, i.e. rounds it to float32), ``("pointer", 0.0, p)``
     for a device float32 scalar at ``p``, or, where the op takes a tensor scale per row,
     ``("per_row", 0.0, p)`` for a device float32 array of one of ``row_shapes`` at ``p``.
-    A plain tuple: a call builds one every time."""
+    A plain tuple: a call builds one every time. ``name``: the argument's, in messages."""
     kind = type(tensor_sf)
     if kind is float and TENSOR_SF_MIN <= tensor_sf <= TENSOR_SF_MAX:
         # Passed as is: the launch packs it as a C float (the float32 rounding of
         # np.float32), and the bounds are float32 values, so it rounds between them.
         return ("value", tensor_sf, 0)
     if _cupy_module is not None and kind is _cupy_module.ndarray:  # the common device scalar, before the type tests
-        return device_scale(as_operand(tensor_sf, "tensor_sf"), device, row_shapes)
+        return device_scale(as_operand(tensor_sf, name), device, row_shapes, name)
     if kind is float or kind is int or (isinstance(tensor_sf, (int, float, np.floating, np.integer))
                                         and not isinstance(tensor_sf, (bool, np.bool_))):
-        rule = f"tensor_sf must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
+        rule = f"{name} must be a float32 in [2**-126, 2**100] (normal, positive, finite), got {tensor_sf!r}"
         try:
             wide = float(tensor_sf)
         except OverflowError:  # an int beyond any float
@@ -174,15 +174,15 @@ def tensor_scale(tensor_sf, device: int, row_shapes: tuple = ()) -> tuple[str, f
         return ("value", value, 0)
     per_row = " or array of one value per row" if row_shapes else ""
     if isinstance(tensor_sf, np.ndarray):
-        raise TypeError(f"tensor_sf must be a Python float or a device (CuPy or torch) float32 scalar{per_row}, got a "
+        raise TypeError(f"{name} must be a Python float or a device (CuPy or torch) float32 scalar{per_row}, got a "
                         f"host numpy array")
     if isinstance(tensor_sf, (bool, np.bool_)) or tensor_sf is None:
-        raise TypeError(f"tensor_sf must be a float or a device float32 scalar{per_row} (CuPy or torch), got "
+        raise TypeError(f"{name} must be a float or a device float32 scalar{per_row} (CuPy or torch), got "
                         f"{tensor_sf!r} ({type(tensor_sf).__name__})")
-    return device_scale(as_operand(tensor_sf, "tensor_sf"), device, row_shapes)
+    return device_scale(as_operand(tensor_sf, name), device, row_shapes, name)
 
 
-def device_scale(a: Operand, device: int, row_shapes: tuple = ()) -> tuple[str, float, int]:
+def device_scale(a: Operand, device: int, row_shapes: tuple = (), name: str = "tensor_sf") -> tuple[str, float, int]:
     """The rules of a device tensor_sf: a float32 scalar, or one float32 per row of one of
     ``row_shapes`` (``((M,), x.shape[:-1])`` where the op takes it, else none), C-contiguous.
     Also run on torch's fake tensors, whose ``ptr`` is 0: nothing there to be contiguous."""
@@ -191,12 +191,12 @@ def device_scale(a: Operand, device: int, row_shapes: tuple = ()) -> tuple[str, 
     if dtype != "float32" or mode is None:
         rows = (f", or one value per row: (M,) = {tuple(row_shapes[0])} or x.shape[:-1] = {tuple(row_shapes[1])}"
                 if row_shapes else "")
-        raise ValueError(f"a device tensor_sf must be a float32 array of shape () or (1,){rows}, got dtype {dtype} "
+        raise ValueError(f"a device {name} must be a float32 array of shape () or (1,){rows}, got dtype {dtype} "
                          f"shape {tuple(shape)}")
     if a_device != device:
-        raise ValueError(f"tensor_sf is on device {a_device} but x is on device {device}")
+        raise ValueError(f"{name} is on device {a_device} but x is on device {device}")
     if ptr & 3:
-        raise ValueError(f"a device tensor_sf must be 4-byte aligned (the kernel loads it as a float32), got "
+        raise ValueError(f"a device {name} must be 4-byte aligned (the kernel loads it as a float32), got "
                          f"address {ptr:#x}")
     if mode is PER_ROW and ptr and not (obj.is_contiguous() if is_torch else c_contiguous(obj)):
         raise ValueError("a per-row tensor_sf must be C-contiguous (the kernel reads row m's value at element m)")

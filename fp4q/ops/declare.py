@@ -15,7 +15,7 @@ launched).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..numerics.formats import GROUP_SIZE
 from ..numerics.experts import experts_sf_blocks
 from ..numerics.groups import padded_width, require_choice, require_padded_k
 from ..numerics.layouts import scales_shape, tiles_shape
+from ..numerics.philox import require_u64
 from .arrays import OFFSET_DTYPES, Q_DTYPES, SAME_DTYPES, SF_DTYPES, SHAPE, VALUE_DTYPES, Operand
 from .checks import MAX_ROWS, RowsView, rows_view
 
@@ -116,17 +117,30 @@ class Array:
     ``"scalar"`` (one float32, with the scratch space the chosen launch asks for after
     it: allocated once the launch is known), ``"offsets"`` (int32 ``(E + 1,)``: the
     experts' first rows, an input whose length fixes the geometry's experts),
-    ``"counts"`` (int32 ``(B,)``: the valid rows of each batch). An ``inplace`` input is
-    written too: it must not overlap the main input or an input before it. Under
-    experts and batches, the scales are their blocks."""
+    ``"counts"`` (int32 ``(B,)``: the valid rows of each batch), ``"codes_t"`` and
+    ``"scales_t"`` (the codes and scales of the main input's transpose, ``(K, M // 2)`` and
+    the layout's scales of K rows of ``M // 16`` groups: the columnwise outputs). An
+    ``inplace`` input is written too: it must not overlap the main input or an input
+    before it. Under experts and batches, the scales are their blocks. ``when``: the
+    ``Flag`` option without which the output is not written (``None`` is returned and a
+    buffer passed for it is an error)."""
 
     name: str
     kind: str
     output: bool = True
     inplace: bool = False
+    when: str | None = None
     doc: str = ""
 
+    def present(self, g: Geometry) -> bool:
+        """Whether the call writes it (its ``when`` option, if any, is True)."""
+        return self.when is None or bool(g.options[self.when])
+
     def shape(self, g: Geometry) -> tuple[int, ...]:
+        if self.kind == "codes_t":
+            return (g.k, g.view.rows // 2)
+        if self.kind == "scales_t":
+            return scales_shape(g.options["sf_layout"], (g.k,), g.k, g.view.rows // GROUP_SIZE[g.fmt])
         if self.kind == "codes":
             return g.lead + (g.out_k // 2,)
         if self.kind == "scales":
@@ -146,9 +160,9 @@ class Array:
         return ()
 
     def dtypes(self, g: Geometry) -> tuple[str, ...]:
-        if self.kind == "codes":
+        if self.kind in ("codes", "codes_t"):
             return Q_DTYPES
-        if self.kind == "scales":
+        if self.kind in ("scales", "scales_t"):
             return SF_DTYPES[g.fmt]
         if self.kind == "values":
             return VALUE_DTYPES[g.options["dtype"]]
@@ -160,11 +174,15 @@ class Array:
 
     def role(self, g: Geometry) -> str:
         """What an allocator makes for it (``ops.outputs``)."""
-        if self.kind == "scales":
-            return f"sf_{g.fmt}"
+        return self.role_in(g.fmt, g.options)
+
+    def role_in(self, fmt: str, options: Mapping[str, Any]) -> str:
+        """``role`` from the format and the options alone (all it depends on)."""
+        if self.kind in ("scales", "scales_t"):
+            return f"sf_{fmt}"
         if self.kind == "values":
-            return g.options["dtype"]
-        return "q" if self.kind == "codes" else "scale"
+            return options["dtype"]
+        return "q" if self.kind in ("codes", "codes_t") else "scale"
 
     def extent(self, g: Geometry) -> Extent:
         if self.kind == "codes":
@@ -213,6 +231,35 @@ class Choice:
 
     def check(self, value) -> None:
         require_choice(value, self.name, self.choices)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A keyword option that takes a bool; ``field`` is the kernel config's field it sets."""
+
+    name: str
+    default: bool
+    field: str | None = None
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if type(value) is not bool:
+            raise TypeError(f"{self.name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
+
+
+@dataclass(frozen=True)
+class PerCall:
+    """A keyword argument passed to the kernels as a 64-bit unsigned launch parameter of its
+    name, call by call: not part of the kind of call (stochastic rounding's ``seed`` and
+    ``offset``, which change every step)."""
+
+    name: str
+    default: int = 0
+    doc: str = ""
+
+    def launch_value(self, value) -> int:
+        """``value`` after its rule: an int in ``[0, 2**64)``."""
+        return require_u64(value, self.name)
 
 
 @dataclass(frozen=True)
@@ -269,13 +316,15 @@ class Kernels(Protocol):
     def check_config(self, op: "Op", config) -> None:
         """Raise where ``config`` (not None) cannot serve ``op``'s calls."""
 
-    def resolve(self, plan, mode: str, pointers: list[int], config) -> Any:
-        """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` and these
-        pointers (only their low four bits may matter: the choice is kept per them)."""
+    def resolve(self, plan, mode: Any, pointers: list[int], config) -> Any:
+        """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` (for an op with a
+        columnwise scale, the pair of both modes) and these pointers (only their low four bits
+        may matter: the choice is kept per them)."""
 
 
 DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
 DYNAMIC_PER_ROW = ROW_TENSOR_SF_MODES[1]  # the launch mode of tensor_sf="dynamic_per_row"
+SAME_SCALE = "same"  # the launch mode of a columnwise scale of None: tensor_sf's
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap in plan keys
@@ -286,7 +335,14 @@ class Op:
     ``kernels`` chooses and launches its kernels; ``call``: kernel config fields the op
     fixes (``kernels.call.CallFields``: its prologue). ``out_keywords``: the caller may pass
     the outputs (``out=``, ...); ``configurable``: the caller may pass a kernel config;
-    ``with_input``: see the field."""
+    ``with_input``: see the field. ``columnwise_scale``: a second tensor scale, of the
+    outputs of the transpose (``None``, its default, takes ``tensor_scale``'s);
+    ``per_call``: keyword arguments passed to the kernels call by call (after the
+    options); ``rules``: the op's own rules on a geometry (on the options' combination),
+    after the declared ones; ``result``: builds what the call returns from its outputs in order
+    (``None`` where not written) and each tensor scale it used (the device scalar read or
+    computed, or the float32 passed by value), instead of a tuple of the outputs: an
+    object whose ``outputs`` and ``scales`` give them back in that order."""
 
     name: str
     summary: str
@@ -297,13 +353,17 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice | Number | Width, ...] = ()
+    options: tuple[Choice | Flag | Number | Width, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
     # An input the function also takes as a keyword (default None) and, given one, runs
     # this other op, whose inputs end with it (RMSNorm's residual: add+RMSNorm).
     with_input: tuple[Array, "Op"] | None = None
+    columnwise_scale: TensorScale | None = None
+    per_call: tuple[PerCall, ...] = ()
+    rules: Callable[[Geometry], None] | None = None
+    result: Callable[..., Any] | None = None
     slots: tuple[tuple[str, str], ...] = field(init=False)
     dynamic_slots: tuple[tuple[str, str], ...] = field(init=False)
 
@@ -312,8 +372,10 @@ class Op:
                   *(o.name for o in self.outputs if not o.late))
         slots = tuple((name, "ptr") for name in arrays)
         scale = self.tensor_scale
-        if scale is not None:
-            slots += ((f"{scale.name}_value", "f32"), (f"{scale.name}_ptr", "ptr"))
+        for given in (scale, self.columnwise_scale):
+            if given is not None:
+                slots += ((f"{given.name}_value", "f32"), (f"{given.name}_ptr", "ptr"))
+        slots += tuple((v.name, "u64") for v in self.per_call)
         slots += tuple((o.name, "ptr") for o in self.outputs if o.late)
         object.__setattr__(self, "slots", slots)
         # tensor_sf="dynamic": the scale is one more output, written by the launch.
@@ -323,6 +385,14 @@ class Op:
     @property
     def dynamic(self) -> bool:
         return self.tensor_scale is not None and self.tensor_scale.dynamic
+
+    @property
+    def scalars(self) -> tuple[str, ...]:
+        """The arguments the call path takes as one group after the inputs: the tensor scale,
+        with the columnwise scale and the per-call values where the op has them."""
+        names: tuple[str, ...] = (self.tensor_scale.name,) if self.tensor_scale is not None else ()
+        names += (self.columnwise_scale.name,) if self.columnwise_scale is not None else ()
+        return names + tuple(v.name for v in self.per_call)
 
     @property
     def per_row(self) -> bool:
@@ -381,4 +451,6 @@ class Op:
         if experts and 128 * g.sf_blocks > MAX_ROWS:
             raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} {self.segments} its scales would "
                              f"take {128 * g.sf_blocks} rows, at most {MAX_ROWS}")
+        if self.rules is not None:
+            self.rules(g)
         return g

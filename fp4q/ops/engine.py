@@ -21,10 +21,12 @@ import math
 import threading
 from typing import Any, Callable
 
+import numpy as np
+
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, expert_count, expert_scales, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, DYNAMIC_PER_ROW, Array, Geometry, Number, Op
+from .declare import DYNAMIC, DYNAMIC_PER_ROW, SAME_SCALE, Array, Geometry, Number, Op
 from .plans import plans
 from .streams import stream_handle
 
@@ -32,12 +34,13 @@ from .streams import stream_handle
 class Buffer:
     """An array of a kind of call other than the main input, as its plan fixed it."""
 
-    __slots__ = ("name", "role", "shape", "dtypes", "nbytes", "late")
+    __slots__ = ("name", "role", "shape", "dtypes", "nbytes", "late", "present")
 
     def __init__(self, array: Array, g: Geometry) -> None:
         self.name, self.role, self.shape, self.dtypes = array.name, array.role(g), array.shape(g), array.dtypes(g)
         self.nbytes = math.prod(self.shape) * ITEMSIZE[self.dtypes[0]]  # every dtype of a buffer has one size
         self.late = array.late
+        self.present = array.present(g)
 
 
 class Plan:
@@ -120,7 +123,8 @@ def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple, experts:
 
 def run(op: Op, inputs: tuple, tensor_sf, options: tuple, buffers: tuple, stream, config, pdl, allocate):
     """A call of ``op``: its outputs in the declared order (one alone, else a tuple), then
-    the dynamic tensor scale where ``tensor_sf`` is ``"dynamic"``."""
+    the dynamic tensor scale where ``tensor_sf`` is ``"dynamic"``; or what its ``result``
+    builds. ``tensor_sf``: the tuple of ``op.scalars`` where the op has more than the tensor scale."""
     return runner(op)(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate)
 
 
@@ -134,7 +138,7 @@ def runner(op: Op) -> Callable:
     if found is not None:
         return found
     source = runner_source(op)
-    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, __name__=__name__)
+    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, PER_CALL=op.per_call, __name__=__name__)
     exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
     fn = scope["run"]
     fn.__source__ = source
@@ -155,6 +159,7 @@ def runner_source(op: Op) -> str:
     lines = [
         "def run(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate):",
         f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
+        *([f"    {', '.join(op.scalars)} = tensor_sf"] if len(op.scalars) > 1 else []),
         f"    main = as_operand(a0, {op.main.name!r})",
         "    obj, p0, shape, dtype, device, is_torch = main",
     ]
@@ -196,6 +201,13 @@ def runner_source(op: Op) -> str:
                       f"            mode, value, scale_ptr = {_MODE_NAMES[string]}, 0.0, 0"]
         if op.scale_strings():
             lines += ["        else:", "            not_dynamic(OP, tensor_sf)", "    else:", f"        {given}"]
+    second = op.columnwise_scale
+    if second is not None:  # None: tensor_sf's
+        lines += [f"    if {second.name} is None:", "        mode_t, value_t, scale_ptr_t = SAME_SCALE, value, scale_ptr",
+                  f"    elif type({second.name}) is str:",
+                  f"        if {second.name} != DYNAMIC:", f"            not_dynamic(OP, {second.name}, {second.name!r})",
+                  "        mode_t, value_t, scale_ptr_t = DYNAMIC, 0.0, 0", "    else:",
+                  f"        mode_t, value_t, scale_ptr_t = tensor_scale({second.name}, device, name={second.name!r})"]
     lines.append("    handle = stream_handle(stream, device, is_torch)")
     if outs:
         lines.append(f"    {unpacked([f'o{j}' for j in range(1, len(outs) + 1)])} = plan.outputs")
@@ -206,7 +218,12 @@ def runner_source(op: Op) -> str:
         if not op.out_keywords:
             lines.append(f"    {allocated}")
             continue
-        lines += [f"    if {buffer} is None:", f"        {allocated}", "    else:",
+        first = "if"
+        if o.when is not None:  # not written without its option: None, and no buffer
+            lines += [f"    if not o{j}.present:", f"        if {buffer} is not None:",
+                      f"            not_written(OP, {o.name!r}, {o.when!r})", f"        r{j}, q{j} = None, 0"]
+            first = "elif"
+        lines += [f"    {first} {buffer} is None:", f"        {allocated}", "    else:",
                   f"        r{j}, q{j} = check_operand(as_operand({buffer}, {o.name!r}), {o.name!r}, o{j}.shape, "
                   f"o{j}.dtypes, device, o{j}.nbytes, ({', '.join(spans)},))"]
         spans.append(f"({o.name!r}, (q{j}, q{j} + o{j}.nbytes))")
@@ -220,11 +237,18 @@ def runner_source(op: Op) -> str:
     if op.per_row:  # the scales per row, computed: the kernel's tensor_sf_ptr
         lines += ["    if mode is DYNAMIC_PER_ROW:",
                   "        row_scales, scale_ptr = allocate('scale', plan.row_shapes[1], device, handle)"]
+    # The per-call values, after their rule, follow the scales among the launch values.
+    lines += [f"    {v.name} = PER_CALL[{i}].launch_value({v.name})" for i, v in enumerate(op.per_call)]
+    per_call = "".join(f", {v.name}" for v in op.per_call)
     if scale is None:
-        lines += [f"    values = {pointers}",
-                  "    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, values, config)"]
+        lines += [f"    values = [{', '.join(ptrs)}{per_call}]",
+                  f"    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, {pointers}, config)"]
+    elif second is not None:
+        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr, value_t, scale_ptr_t{per_call}]",
+                  "    modes = (mode, mode_t)",
+                  f"    launch = plan.launches.get((modes, low)) or plan.launch_for(modes, low, {pointers}, config)"]
     else:
-        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr]",
+        lines += [f"    values = [{', '.join(ptrs)}, value, scale_ptr{per_call}]",
                   f"    launch = plan.launches.get((mode, low)) or plan.launch_for(mode, low, {pointers}, config)"]
     results, late = [], [o for o in op.outputs if o.late]
     for o in op.outputs:
@@ -235,6 +259,17 @@ def runner_source(op: Op) -> str:
         else:
             results.append(f"r{outs.index(o) + 1}")
     returned = results[0] if len(results) == 1 else f"{', '.join(results)}"
+    if second is not None:  # a dynamic scale, computed once, is every dynamic direction's
+        assert scale is not None and op.result is not None
+        lines += ["    if mode is DYNAMIC or mode_t is DYNAMIC:",
+                  *scalar_lines("computed", "'scale'", "        "),
+                  "    else:", "        computed = None",
+                  "    launch(handle, pdl, values)",
+                  f"    used = computed if mode is DYNAMIC else {scale.name} if scale_ptr else float32(value)",
+                  f"    used_t = used if mode_t is SAME_SCALE else computed if mode_t is DYNAMIC else "
+                  f"{second.name} if scale_ptr_t else float32(value_t)",
+                  f"    return OP.result({', '.join(results)}, used, used_t)"]
+        return "\n".join(lines) + "\n"
     if scale is not None and scale.dynamic:
         lines += ["    if mode is DYNAMIC:",
                   "        launch, tickets = launch.on(handle)",
@@ -267,14 +302,22 @@ def scalar_lines(name: str, role: str, indent: str) -> list[str]:
             f"{indent}values.append(p)"]
 
 
-def not_dynamic(op: Op, tensor_sf: str) -> None:
-    """Raises: ``tensor_sf`` is a string other than those it may be (``op`` has a tensor scale)."""
+def not_dynamic(op: Op, tensor_sf: str, name: str | None = None) -> None:
+    """Raises: ``tensor_sf`` (or the argument ``name``: the columnwise scale) is a string other
+    than those it may be (``op`` has a tensor scale)."""
     scale = op.tensor_scale
     assert scale is not None
     kinds = ["a float", "a device float32 scalar", *(["a device float32 array of one value per row"] * op.per_row),
              *map(repr, op.scale_strings())]
+    if name is not None:
+        kinds = ["None (tensor_sf's)", *kinds]
     what = f"{', '.join(kinds[:-1])} or {kinds[-1]}"
-    raise ValueError(f"{scale.name} must be {what}, got {tensor_sf!r}")
+    raise ValueError(f"{name or scale.name} must be {what}, got {tensor_sf!r}")
+
+
+def not_written(op: Op, name: str, when: str) -> None:
+    """Raises: a buffer was passed for output ``name``, which the call does not write."""
+    raise ValueError(f"{name} was given, but {op.name} writes it only with {when}=True, and {when} is False")
 
 
 # The names a runner's source uses besides OP.
@@ -282,6 +325,7 @@ _RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, check_element_ali
                      check_operand=check_operand, check_pdl=check_pdl, tensor_scale=tensor_scale,
                      expert_count=expert_count, expert_scales=expert_scales,
                      stream_handle=stream_handle, not_dynamic=not_dynamic, DYNAMIC=DYNAMIC,
-                     DYNAMIC_PER_ROW=DYNAMIC_PER_ROW, NO_SCALE_MODE=NO_TENSOR_SCALE[0])
+                     DYNAMIC_PER_ROW=DYNAMIC_PER_ROW, NO_SCALE_MODE=NO_TENSOR_SCALE[0], not_written=not_written,
+                     SAME_SCALE=SAME_SCALE, float32=np.float32)
 # The runner's name of the launch mode of each string tensor_sf.
 _MODE_NAMES = {DYNAMIC: "DYNAMIC", DYNAMIC_PER_ROW: "DYNAMIC_PER_ROW"}

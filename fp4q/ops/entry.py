@@ -24,7 +24,10 @@ def parameters(op: Op, extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[st
     params += [(a.name, None, a.doc) for a in op.inputs]
     if op.tensor_scale is not None:
         params.append((op.tensor_scale.name, None, op.tensor_scale.doc))
+    if op.columnwise_scale is not None:
+        params.append((op.columnwise_scale.name, "None", op.columnwise_scale.doc))
     params += [(c.name, repr(c.default), c.doc) for c in op.options]
+    params += [(v.name, repr(v.default), v.doc) for v in op.per_call]
     if op.out_keywords:
         params += [(o.name, "None", f"an optional C-contiguous buffer for {o.doc}") for o in op.outputs]
     params.append(("stream", "None", STREAM_DOC))
@@ -54,6 +57,8 @@ def grouped_arguments(op: Op) -> str:
     inputs, tensor scale, options, output buffers, stream, config, pdl."""
     inputs = ", ".join([op.main.name, *(a.name for a in op.inputs)]) + ","
     scale = op.tensor_scale.name if op.tensor_scale is not None else "None"
+    if len(op.scalars) > 1:  # the runner takes them as one tuple
+        scale = f"({', '.join(op.scalars)})"
     options = "".join(f"{c.name}, " for c in op.options)
     outputs = "".join(f"{o.name}, " for o in op.outputs) if op.out_keywords else "None, " * len(op.outputs)
     config = "config" if op.configurable else "None"

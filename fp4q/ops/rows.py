@@ -25,7 +25,7 @@ def alignment_obstacle(plan, pointers: list[int]) -> str | None:
     tiled = plan.call["sf_layout"] != "linear"
     for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
         # Expert offsets and batch counts are read 4 bytes at a time.
-        if ptr % 16 and array.kind not in ("offsets", "counts") and (array.kind != "scales" or tiled):
+        if ptr % 16 and array.kind not in ("offsets", "counts") and (array.kind not in ("scales", "scales_t") or tiled):
             return f"{array.name}'s base address {ptr:#x} is not 16-byte aligned"
     return None
 

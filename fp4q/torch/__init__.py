@@ -26,10 +26,11 @@ under ``torch.compile`` that call is a graph break (``torch.compiler.disable``).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..ops.api import OPS
-from ..ops.declare import Choice, Op
+from ..ops.declare import DYNAMIC, Choice, Op
 from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
@@ -41,6 +42,7 @@ ops = torch.ops.fp4q
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
            "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "quantize_nvfp4_experts",
            "silu_and_mul_quantize_nvfp4_experts", "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
+           "quantize_nvfp4_training",
            "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
            "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "scaled_fp4_experts_quant",
            "silu_and_mul_scaled_fp4_experts_quant", "schemas"]
@@ -61,6 +63,9 @@ class Entry:
                 kind = sig.dynamic or ("none" if not sig.has_scale else "Tensor" if op.per_expert
                                        else overload or "float")
                 self.registered[(kind, sig.outs)] = (getattr(getattr(ops, base), overload or "default"), sig)
+        # Per output, the index of the option without which it is not written (Array.when), or None.
+        names = [c.name for c in op.options]
+        self.when = tuple(None if o.when is None else names.index(o.when) for o in op.outputs)
         # (index, name, choices) of the options that may be torch dtypes.
         self.dtype_options = tuple((i, c.name, c.choices) for i, c in enumerate(op.options)
                                    if isinstance(c, Choice) and c.name == "dtype")
@@ -85,6 +90,8 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
     # A tensor scale per expert that is no tensor fits no schema: the ops layer says what is wrong.
     if stream is not None or config is not None or (op.per_expert and not isinstance(tensor_sf, torch.Tensor)):
         return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
+    if op.result is not None:
+        return dispatch_result(entry, inputs, tensor_sf, options, buffers, pdl, fp4_dtype)
     scale: tuple = ()
     if op.tensor_scale is None:
         kind = "none"
@@ -114,6 +121,38 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
     return buffers[0] if len(buffers) == 1 else buffers
 
 
+def dispatch_result(entry: Entry, inputs: tuple, scales: tuple, options: tuple, buffers: tuple, pdl, fp4_dtype):
+    """``dispatch`` of an op that returns a result object and takes a columnwise scale
+    (``scales``: both, then the per-call values): the registered op of the scale's kind where the columnwise scale is
+    ``None`` or of the same kind (both tensors, both floats); the ops layer otherwise, and
+    where buffers are given or a per-call value is 2**63 or more (its eager call: a graph
+    break under ``torch.compile``)."""
+    op = entry.op
+    tensor_sf, columnwise, *calls = scales
+    kind = ("Tensor" if isinstance(tensor_sf, torch.Tensor) else "float" if type(tensor_sf) is float
+            else tensor_sf if type(tensor_sf) is str else "")  # "": a kind no schema takes
+    same = columnwise is None or (kind == "Tensor" and isinstance(columnwise, torch.Tensor)) or (
+        kind == "float" and type(columnwise) is float) or (kind == DYNAMIC and columnwise == DYNAMIC)
+    # A per-call value a schema's int64 cannot hold (or no int: the ops layer names its rule); a traced
+    # SymInt goes to the schema, and the op checks its value when it runs.
+    fits = all(isinstance(v, torch.SymInt) or (type(v) is int and 0 <= v < 2**63) for v in calls)
+    found = (entry.registered.get((kind, False)) if same and fits and not any(b is not None for b in buffers)
+             else None)
+    if found is None:
+        return _eager(op, inputs, scales, options, buffers, None, None, pdl, fp4_dtype)
+    registered, sig = found
+    scale = (*(() if sig.dynamic else (tensor_sf, columnwise)), *calls)
+    returned = registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype))
+    assert op.result is not None
+    outputs = [r if i is None or options[i] else None for i, r in zip(entry.when, returned)]
+    used = [returned[-1] if sig.dynamic else tensor_sf] * 2
+    if sig.dynamic or isinstance(tensor_sf, torch.Tensor):
+        used[1] = used[0] if columnwise is None else columnwise
+    else:
+        used = [np.float32(tensor_sf), np.float32(tensor_sf if columnwise is None else columnwise)]
+    return op.result(*outputs, *used)
+
+
 def _wrapper(op: Op):
     """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes; given
     its ``with_input``, the other op's call."""
@@ -140,3 +179,4 @@ quantize_nvfp4_experts = _FUNCTIONS["quantize_nvfp4_experts"]
 silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_experts"]
 quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
 silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
+quantize_nvfp4_training = _FUNCTIONS["quantize_nvfp4_training"]

@@ -28,7 +28,7 @@ import torch
 from ..ops.api import ALL_OPS
 from ..ops.arrays import DEVICE, device_expert_scales, device_scale, expert_count, tensor_scale, torch_operand
 from ..ops.checks import check_operand
-from ..ops.declare import DYNAMIC, Number, Op, Width
+from ..ops.declare import DYNAMIC, Flag, Number, Op, Width
 from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
@@ -105,6 +105,8 @@ def schema_option(option) -> str:
         return f"float {option.name}={option.default:.17g}"
     if isinstance(option, Width):
         return f"int? {option.name}=None"
+    if isinstance(option, Flag):
+        return f"bool {option.name}={option.default}"
     return f'str {schema_name(option)}="{option.default}"'
 
 
@@ -128,6 +130,14 @@ class Signature:
                                             for a in op.inputs)]
         if scale is not None and op.tensor_scale is not None:
             args.append(f"{scale} {op.tensor_scale.name}")
+        # The columnwise scale, of the tensor scale's type (None: tensor_sf's); a dynamic op computes both.
+        self.has_columnwise = scale is not None and op.columnwise_scale is not None
+        if self.has_columnwise:
+            assert op.columnwise_scale is not None
+            args.append(f"{scale}? {op.columnwise_scale.name}=None")
+        # The per-call values: torch's int64 (below 2**63 here), symbolic under torch.compile, so that a
+        # new value (an offset advanced each step) is no recompile.
+        args += [f"SymInt {v.name}={v.default}" for v in op.per_call]
         self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
         if outs:
             args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
@@ -142,8 +152,9 @@ class Signature:
         args += [schema_option(c) for c in tail]
         self.arguments = ", ".join(args)
         # The trailing arguments' defaults: torch leaves out those a call gave as their defaults.
-        self.defaults = (*(c.default for c in lead), True, *((False,) if self.fp4 else ()),
-                         *(c.default for c in tail))
+        self.defaults = (*((None,) if self.has_columnwise else ()), *(v.default for v in op.per_call),
+                         *(c.default for c in lead), True,
+                         *((False,) if self.fp4 else ()), *(c.default for c in tail))
         self.required = len(args) - len(self.defaults)
         self.inputs = 1 + len(op.inputs)
         self.has_scale = scale is not None
@@ -158,6 +169,12 @@ class Signature:
         inputs = args[:i]
         tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
         i += self.has_scale
+        if len(self.op.scalars) > 1:  # the ops layer takes them as one tuple
+            columnwise = (args[i] if self.has_columnwise else None,) if self.op.columnwise_scale is not None else ()
+            i += self.has_columnwise
+            calls = args[i:i + len(self.op.per_call)]
+            i += len(self.op.per_call)
+            tensor_sf = (tensor_sf, *columnwise, *calls)
         buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
         i += self.out_count
         options = args[i:i + self.lead]
@@ -172,9 +189,25 @@ class Signature:
         return (*inputs, *scale, *buffers, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
                 *options[self.lead:])
 
+    def returned(self, result, main, fp4_dtype: bool):
+        """What the registered op returns of an op's ``result`` object: its outputs, one the
+        call does not write as an empty tensor of its dtype, then, where the op is dynamic,
+        the computed scale (the scale of a direction written)."""
+        dtypes = OUTPUTS[fp4_dtype].dtypes
+        outputs = tuple(main.new_empty((0,), dtype=dtypes[o.role_in(self.op.fmt, {})]) if r is None else r
+                        for o, r in zip(self.op.outputs, result.outputs))
+        if self.dynamic:
+            return (*outputs, next(scale for scale in result.scales if scale is not None))
+        return outputs
+
     def kernel(self):
         call, split = runner(self.op), self.split
-        if not self.outs:
+        if self.op.result is not None:
+            def kernel(*args):
+                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
+                return self.returned(call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype]),
+                                     inputs[0], fp4_dtype)
+        elif not self.outs:
             def kernel(*args):
                 inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
                 return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
@@ -198,7 +231,8 @@ class Signature:
                     check_operand(torch_operand(buffer, spec.name, 0), spec.name, spec.shape, spec.dtypes,
                                   main.get_device())
             dtypes = OUTPUTS[fp4_dtype].dtypes
-            results = [] if self.outs else [main.new_empty(spec.shape, dtype=dtypes[spec.role]) for spec in made]
+            results = [] if self.outs else [main.new_empty(spec.shape if spec.present else (0,), dtype=dtypes[spec.role])
+                                            for spec in made]
             if self.dynamic:  # one scale, or one per row
                 shape = () if self.dynamic == DYNAMIC else main.shape[:-1]
                 results.append(main.new_empty(shape, dtype=torch.float32))
@@ -222,6 +256,17 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
         experts = expert_count(torch_operand(inputs[counted], name, 0), name)
     g = op.geometry(main, options, experts)
     device = main[DEVICE]
+    if op.per_call:
+        for value, v in zip(tensor_sf[-len(op.per_call):], op.per_call):
+            if type(value) is int:  # a traced SymInt is checked when the op runs
+                v.launch_value(value)
+    if op.columnwise_scale is not None:
+        tensor_sf, columnwise = tensor_sf[:2]
+        name = op.columnwise_scale.name
+        if isinstance(columnwise, torch.Tensor):
+            device_scale(torch_operand(columnwise, name, 0), device, (), name)
+        elif type(columnwise) is float:
+            tensor_scale(columnwise, device, (), name)
     for array, value in zip(op.inputs, inputs[1:]):
         spec = Buffer(array, g)
         check_operand(torch_operand(value, spec.name, 0), spec.name, spec.shape, spec.dtypes, device)
@@ -238,7 +283,8 @@ def fake_outputs(op: Op, inputs, tensor_sf, options) -> list[Buffer]:
 def signatures(op: Op) -> dict[str, Signature]:
     """Every registered op of ``op``, by its qualified name (``name`` or ``name.overload``)."""
     found: dict[str, Signature] = {}
-    variants = [(False, "_out")] if op.out_keywords else []
+    # An op returning a result object has no _out ops: its wrapper given buffers calls the ops layer.
+    variants = [(False, "_out")] if op.out_keywords and op.result is None else []
     for outs, suffix in [(False, ""), *[(True, s) for _, s in variants]]:
         if op.tensor_scale is None:
             found[op.name + suffix] = Signature(op, None, outs, None)

@@ -114,14 +114,17 @@ FP4Q_DEVICE float inverse_scale(float d) {
     }
 }
 
+// R6 = float32(1/6) (bits 0x3E2AAAAB), which maps a group's amax onto the
+// e2m1 maximum 6 (spec step 3).
+FP4Q_DEVICE float r6() { return f32_from_bits(0x3E2AAAABu); }
+
 // Spec steps 3-5 up to d, for two groups at once (the e4m3 conversion is a
 // pair instruction): the scale bytes, group a in the low byte, and the d
 // each group's inverse scale is the inverse of.
 FP4Q_DEVICE u32 nvfp4_scale_pair_d(float amax_a, float amax_b, float tensor_sf, float rcp_tensor_sf, float& d_a,
                                    float& d_b) {
-    const float r6 = f32_from_bits(0x3E2AAAABu);
-    const float s_a = mul_rn(tensor_sf, mul_rn(amax_a, r6));
-    const float s_b = mul_rn(tensor_sf, mul_rn(amax_b, r6));
+    const float s_a = mul_rn(tensor_sf, mul_rn(amax_a, r6()));
+    const float s_b = mul_rn(tensor_sf, mul_rn(amax_b, r6()));
     const u32 bytes = e4m3x2(s_b, s_a);
     float sf_a, sf_b;
     e4m3x2_values(bytes, sf_a, sf_b);
@@ -132,9 +135,10 @@ FP4Q_DEVICE u32 nvfp4_scale_pair_d(float amax_a, float amax_b, float tensor_sf, 
 
 // The same for one group (a run of one NVFP4 group): one float to convert,
 // where the pair's other half (an amax of 0 times tensor_sf) would cost a
-// multiply whose byte is thrown away.
-FP4Q_DEVICE u32 nvfp4_scale_d(float amax, float tensor_sf, float rcp_tensor_sf, float& d) {
-    const float s = mul_rn(tensor_sf, mul_rn(amax, f32_from_bits(0x3E2AAAABu)));
+// multiply whose byte is thrown away. `ratio` maps the amax onto the e2m1
+// maximum: R6, or R4 = 0.25 for the map-to-4 candidate of 4/6.
+FP4Q_DEVICE u32 nvfp4_scale_d(float amax, float tensor_sf, float rcp_tensor_sf, float& d, float ratio = r6()) {
+    const float s = mul_rn(tensor_sf, mul_rn(amax, ratio));
     const u32 byte = e4m3_byte(s);  // bits 8..15 clear: no mask before the pair decode
     float sf, unused;
     e4m3x2_values(byte, sf, unused);

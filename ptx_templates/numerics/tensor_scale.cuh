@@ -23,3 +23,8 @@ struct TensorScale {
 FP4Q_DEVICE TensorScale tensor_scale_of(float t) { return {t, rcp_rn(t)}; }
 
 FP4Q_DEVICE TensorScale tensor_scale(float value, const float* ptr) { return tensor_scale_of(launch_tensor_sf(value, ptr)); }
+
+// A tensor scale the launch passes either way, whatever the config's
+// FP4Q_TENSOR_SF_BY_POINTER (the kernels that take two, one per direction):
+// the device float32 where its pointer is not null, else the value.
+FP4Q_DEVICE float given_tensor_sf(float value, const float* ptr) { return ptr != nullptr ? ld_global_f32(ptr) : value; }

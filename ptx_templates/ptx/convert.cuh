@@ -1,4 +1,5 @@
-// Conversions between float32 and the narrow formats (e4m3, e2m1, f16, bf16).
+// Conversions between float32 and the narrow formats (e4m3, e2m1, f16, bf16),
+// and to integers.
 #pragma once
 #include "ptx/types.cuh"
 
@@ -45,5 +46,13 @@ FP4Q_DEVICE u32 cvt_rn_satfinite_e2m1x2_f32(float hi, float lo) {
         "cvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n\t"
         "cvt.u32.u8 %0, t;\n\t}"
         : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// A float to an unsigned integer, rounded toward zero (floor for a >= 0);
+// NaN gives 0, values beyond the range saturate.
+FP4Q_DEVICE u32 cvt_rzi_u32_f32(float a) {
+    u32 d;
+    asm("cvt.rzi.u32.f32 %0, %1;" : "=r"(d) : "f"(a));
     return d;
 }

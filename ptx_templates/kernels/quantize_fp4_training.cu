@@ -1,0 +1,266 @@
+// NVFP4 rowwise and columnwise in one pass (NVFP4_SPEC.md, "The project's
+// exact sequences: training quantizers"): x is read once, and its rowwise
+// codes q (M x K/2), its columnwise codes q_t (the rowwise codes of x^T,
+// K x M/2) and their scales are written from it. One CTA per TILE_M x
+// TILE_K tile of x (128 x 128), no TMA, so the same kernel runs on every
+// target. Per tile:
+//
+//   load       each thread 16-byte loads of 8 elements: thread t takes
+//              chunk t % 16 of the tile's rows t / 16 + 16 j, so a warp
+//              reads two whole 256-byte rows per load and a lane pair holds
+//              one rowwise group; the chunks go to shared memory too (the
+//              columnwise direction and 2D blocks read columns)
+//   rowwise    quantize each lane's half group from registers, the pair
+//              agreeing on its amax by a shuffle (or taking its 16x16
+//              block's amax); store: a warp writes 64 contiguous bytes of
+//              two q rows per store
+//   columnwise lane (g, p) of warp w reads the two columns 16 w + 2 p, +1
+//              of the rows 16 (g + 4 h) .. + 15 as 16 words, one per row,
+//              repacks them into two groups of 16 (one per column) and
+//              quantizes them; store: the lanes g of a column write 32
+//              contiguous bytes of its q_t row per store. The tile's rows
+//              hold 16 chunks of 16 bytes, chunk c stored at c ^ 2 (r / 16
+//              % 4) of row r: a warp's 32 words of one row offset are then
+//              in 32 banks, and a quarter warp's 16-byte stores of one row
+//              too.
+//
+// BLOCK_2D: the columnwise pass first takes each 16x16 block's amax
+// (NaN ignored) from its 8 lanes' columns by shuffles; every group of the
+// block, rowwise and columnwise, is quantized with it, so q_t is q
+// transposed, code for code.
+//
+// STOCHASTIC: each group's codes round stochastically
+// (numerics/stochastic.cuh) with the four Philox words of its own index
+// and direction (numerics/philox.cuh), a rowwise lane the two words of its
+// half. With BLOCK_2D every element is rounded once, with its rowwise
+// bits: the rowwise pass also puts its codes in shared memory, and the
+// columnwise pass then transposes them into q_t (a column's byte of each
+// row holds the codes of its two columns).
+//
+// Scales of tile groups past the last real group up to the layout's whole
+// tiles are written as zeros here; rows of scales past the last row, by
+// write_padding_scales. Needs x's rows, out and out_t 16-byte aligned, K
+// a multiple of 16, and M too where WRITES_COLUMNWISE or BLOCK_2D (the host's
+// rules).
+// A thread's chunk is the vector walk's unit of 8 elements (half a group).
+#define VEC_ELEMS 8
+#include "layout/scale_layout.cuh"
+#include "kernels/simt_quantize.cuh"
+#include "kernels/vector_quantize.cuh"
+#include "numerics/philox.cuh"
+#include "numerics/stochastic.cuh"
+#include "ptx/permute.cuh"
+#include "ptx/shared_memory.cuh"
+#include "ptx/sync.cuh"
+
+constexpr int TILE_M = TILE;  // kernels.training.TRAINING_TILE
+constexpr int TILE_K = TILE;
+constexpr int CHUNKS = TILE_K / 8;  // 16-byte chunks of a tile row
+constexpr int ROW_STEP = SIMT_THREADS / CHUNKS;  // rows between a thread's chunks
+constexpr int LOADS = TILE_M / ROW_STEP;  // a thread's chunks
+constexpr int ROW_GROUPS = TILE_M / 16;
+constexpr int BLOCK_COLS = TILE_K / 16;
+constexpr int WARPS = SIMT_THREADS / 32;
+// The columnwise codes are the rowwise ones transposed (2D blocks, stochastic rounding).
+constexpr bool TRANSPOSE_CODES = BLOCK_2D && STOCHASTIC && WRITES_COLUMNWISE;
+constexpr bool ROWWISE_PASS = WRITES_ROWWISE || TRANSPOSE_CODES;
+static_assert(SF_VEC == 16 && ROW_STEP == 16 && LOADS == ROW_GROUPS && WARPS == BLOCK_COLS,
+              "NVFP4; a thread's chunk j in row group j; a warp per block column");
+static_assert(ROW_GROUPS % SF_TILE_GROUPS == 0 && BLOCK_COLS % SF_TILE_GROUPS == 0,
+              "a tile's padding groups of either layout are its own");
+
+// The byte offset of chunk c of tile row r in shared memory.
+FP4Q_DEVICE u32 tile_chunk(int r, int c) { return r * (TILE_K * 2) + ((c ^ (2 * (r / 16 % 4))) * 16); }
+
+// The scale byte of group `group` of output row `row` (groups per row
+// `groups`, rows `rows`): its byte where live, zero in the layout's padding
+// groups, nothing past the domain.
+FP4Q_DEVICE void store_scale(u8* __restrict__ sf, i64 row, int group, int groups, bool live, u32 byte) {
+    if (group < sf_domain_groups(groups)) sf[sf_index(row, group, groups)] = static_cast<u8>(live ? byte : 0u);
+}
+
+// The 16 words of the two columns 2 p, 2 p + 1 of block column bc, rows
+// 16 rg .. 16 rg + 15, as two groups of packed pairs (column 2 p in col[0]).
+FP4Q_DEVICE void load_columns(const u8* tile, int rg, int bc, int p, u32 (&col)[2][8]) {
+    u32 w[16];
+    const int c = 2 * bc + p / 4;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = ld_shared_u32(tile + tile_chunk(16 * rg + i, c) + 4 * (p % 4));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        col[0][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x5410u);
+        col[1][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x7632u);
+    }
+}
+
+// Eight packed inputs w[0..3] times inv, rounded stochastically with the
+// random words r0 (elements 0..3) and r1 (4..7): one word of eight codes.
+FP4Q_DEVICE u32 stochastic_codes8(const u32* w, float inv, u32 r0, u32 r1) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = mul_rn(input_lo(w[i]), inv);
+        v[2 * i + 1] = mul_rn(input_hi(w[i]), inv);
+    }
+    return e2m1x8_stochastic(v, r0, r1);
+}
+
+// The q_t words of columns 2 p, 2 p + 1 of block column bc, rows 16 rg ..
+// 16 rg + 15, from the rowwise codes (8 per word, row-major) of the tile:
+// t[c] holds column 2 p + c's 16 codes, row 16 rg in the low nibble.
+// (A template over the rows: kernels without TRANSPOSE_CODES hold one.)
+template <int ROWS>
+FP4Q_DEVICE void transpose_codes(const u32 (&codes)[ROWS][CHUNKS], int rg, int bc, int p, u32 (&t)[2][2]) {
+    t[0][0] = t[0][1] = t[1][0] = t[1][1] = 0u;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const u32 pair = (codes[16 * rg + i][2 * bc + p / 4] >> (8 * (p % 4))) & 0xFFu;
+        t[0][i / 8] |= (pair & 0xFu) << (4 * (i % 8));
+        t[1][i / 8] |= (pair >> 4) << (4 * (i % 8));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS)
+fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out,
+                           u8* __restrict__ out_t, u8* __restrict__ sf_t_out, i64 x_row_stride, i32 rows, i32 cols,
+                           float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, float columnwise_tensor_sf_value,
+                           const float* __restrict__ columnwise_tensor_sf_ptr, u64 seed, u64 offset) {
+    __shared__ alignas(16) u8 tile[TILE_M * TILE_K * 2];
+    __shared__ float block_amax[ROW_GROUPS][BLOCK_COLS];
+    __shared__ u32 codes[TRANSPOSE_CODES ? TILE_M : 1][CHUNKS];
+    const int tiles_k = (cols + TILE_K - 1) / TILE_K;
+    const i32 m0 = static_cast<i32>(blockIdx.x / tiles_k) * TILE_M;
+    const i32 k0 = static_cast<i32>(blockIdx.x % tiles_k) * TILE_K;
+    const int groups = cols / 16, groups_t = rows / 16;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int chunk = threadIdx.x % CHUNKS, row0 = threadIdx.x / CHUNKS;
+    const bool chunk_live = k0 + 8 * chunk < cols;
+
+    simt_quantize_prologue();
+    u32 w[LOADS][4];
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j) {
+        const i32 row = m0 + row0 + ROW_STEP * j;
+        w[j][0] = w[j][1] = w[j][2] = w[j][3] = 0u;
+        if (chunk_live && row < rows) ld_global_nc_v4(x + row * x_row_stride + k0 + 8 * chunk, w[j][0], w[j][1], w[j][2], w[j][3]);
+    }
+    if constexpr (WRITES_ROWWISE) write_padding_scales(sf_out, rows, groups);
+    if constexpr (WRITES_COLUMNWISE) write_padding_scales(sf_t_out, cols, groups_t);
+    const TensorScale tsf = tensor_scale_of(given_tensor_sf(tensor_sf_value, tensor_sf_ptr));
+    const TensorScale tsf_t = tensor_scale_of(given_tensor_sf(columnwise_tensor_sf_value, columnwise_tensor_sf_ptr));
+
+    if constexpr (WRITES_COLUMNWISE || BLOCK_2D) {
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) st_shared_v4(tile + tile_chunk(row0 + ROW_STEP * j, chunk), w[j][0], w[j][1], w[j][2], w[j][3]);
+    }
+
+    // The rowwise pass: `combine_of(j)` gives the combine step of chunk j's group.
+    const auto rowwise = [&](auto combine_of) {
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) {
+            const i32 row = m0 + row0 + ROW_STEP * j;
+            const int group = (k0 + 8 * chunk) / 16;
+            u32 code, byte;
+            if constexpr (STOCHASTIC) {
+                float inv;
+                byte = group_scale_byte<16>(combine_of(j)(amax_packed(w[j])), tsf.value, tsf.rcp, inv);
+                u32 r[4];
+                group_random_words(seed, offset, static_cast<u64>(row) * groups + group, ROWWISE, r);
+                code = stochastic_codes8(w[j], inv, r[2 * (chunk % 2)], r[2 * (chunk % 2) + 1]);
+            } else {
+                const auto run = quantize_run<16, 4>(w[j], tsf.value, tsf.rcp, combine_of(j));
+                code = run.q[0];
+                byte = run.sf;
+            }
+            if constexpr (TRANSPOSE_CODES) codes[row0 + ROW_STEP * j][chunk] = code;
+            if constexpr (WRITES_ROWWISE) {
+                const bool live = chunk_live && row < rows;
+                if (live) st_global_u32(out + row * static_cast<i64>(cols / 2) + (k0 + 8 * chunk) / 2, code);
+                if (row < rows && chunk % 2 == 0) store_scale(sf_out, row, group, groups, live, byte);
+            }
+        }
+    };
+    const auto pair_amax = [](int) { return [](float amax) { return max_f32(amax, shfl_sync_bfly_b32(amax, 1)); }; };
+    if constexpr (WRITES_ROWWISE && !BLOCK_2D) rowwise(pair_amax);
+
+    // One column group's codes (two words) and scale byte. 2D blocks: both
+    // directions take the block's amax and tensor_sf.
+    const auto quantize_column = [&](const u32(&words)[8], float block, u64 index, u32 (&q)[2]) {
+        if constexpr (STOCHASTIC) {
+            float inv;
+            const u32 byte = group_scale_byte<16>(BLOCK_2D ? block : amax_packed(words), BLOCK_2D ? tsf.value : tsf_t.value,
+                                                  BLOCK_2D ? tsf.rcp : tsf_t.rcp, inv);
+            u32 r[4];
+            group_random_words(seed, offset, index, COLUMNWISE, r);
+            q[0] = stochastic_codes8(words, inv, r[0], r[1]);
+            q[1] = stochastic_codes8(words + 4, inv, r[2], r[3]);
+            return byte;
+        } else if constexpr (BLOCK_2D) {
+            const auto run = quantize_run<16, 8>(words, tsf.value, tsf.rcp, [block](float) { return block; });
+            q[0] = run.q[0];
+            q[1] = run.q[1];
+            return run.sf;
+        } else {
+            const auto run = quantize_run<16, 8>(words, tsf_t.value, tsf_t.rcp);
+            q[0] = run.q[0];
+            q[1] = run.q[1];
+            return run.sf;
+        }
+    };
+    const int p = lane % 8, bc = warp;
+    const i32 k = k0 + 16 * bc + 2 * p;
+    const bool cols_live = k < cols;
+    if constexpr (WRITES_COLUMNWISE || BLOCK_2D) {
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < ROW_GROUPS / 4; ++h) {
+            const int rg = lane / 8 + 4 * h;
+            const i32 m = m0 + 16 * rg;
+            u32 col[2][8];
+            load_columns(tile, rg, bc, p, col);
+            float block = 0.0f;
+            if constexpr (BLOCK_2D) {
+                block = max_f32(amax_packed(col[0]), amax_packed(col[1]));
+#pragma unroll
+                for (int lane_mask = 1; lane_mask < 8; lane_mask <<= 1) {
+                    block = max_f32(block, shfl_sync_bfly_b32(block, lane_mask));
+                }
+                if (p == 0) block_amax[rg][bc] = block;
+            }
+            if constexpr (WRITES_COLUMNWISE) {
+                const bool live = cols_live && m < rows;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    if constexpr (TRANSPOSE_CODES) {  // the codes come from the rowwise pass
+                        float inv;
+                        const u32 byte = group_scale_byte<16>(block, tsf.value, tsf.rcp, inv);
+                        if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, byte);
+                    } else {
+                        u32 q[2];
+                        const u32 byte = quantize_column(col[c], block, static_cast<u64>(k + c) * groups_t + m / 16, q);
+                        if (live) st_global_v2(out_t + (k + c) * static_cast<i64>(rows / 2) + m / 2, q[0], q[1]);
+                        if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, byte);
+                    }
+                }
+            }
+        }
+    }
+    if constexpr (ROWWISE_PASS && BLOCK_2D) {
+        __syncthreads();
+        rowwise([=](int j) { return [=](float) { return block_amax[j][chunk / 2]; }; });
+    }
+    if constexpr (TRANSPOSE_CODES) {
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < ROW_GROUPS / 4; ++h) {
+            const int rg = lane / 8 + 4 * h;
+            const i32 m = m0 + 16 * rg;
+            u32 t[2][2];
+            transpose_codes(codes, rg, bc, p, t);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                if (cols_live && m < rows) st_global_v2(out_t + (k + c) * static_cast<i64>(rows / 2) + m / 2, t[c][0], t[c][1]);
+            }
+        }
+    }
+}
