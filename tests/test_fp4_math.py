@@ -159,7 +159,8 @@ def test_software_e4m3_round_trips_every_byte():
 # --- the software e2m1 conversion, on the CPU -------------------------------------------------------------------
 # A numpy transcription of e2m1_magnitude_biased and e2m1x8's sign handling (numerics/e2m1.cuh): each branch is
 # one fma or add onto the grid of M = 1.5 * 2^23, computed in float64 (exact here: the operands' bits fit in 53)
-# and rounded once to float32, as fma.rn / add.rn round; np.fmin drops NaN as min.f32 does.
+# and rounded once to float32, as fma.rn / add.rn round; the minimum is taken of their bit patterns as unsigned
+# integers (min.u32), where a NaN branch (positive: |v| is) lies above the clamp's M + 7.
 
 M = np.float32(1.5 * 2**23)
 
@@ -168,12 +169,12 @@ def software_e2m1(v: np.ndarray, input_signs: bool, clamp: bool) -> np.ndarray:
     v = np.asarray(v, np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # signalling NaNs, and Inf * 2 + M
         a = np.abs(v).astype(np.float64)
-        t0 = (a * 2 + np.float64(M)).astype(np.float32)
-        t1 = (a + np.float64(M + np.float32(2))).astype(np.float32)
-        t2 = (a * 0.5 + np.float64(M + np.float32(4))).astype(np.float32)
+        t0 = (a * 2 + np.float64(M)).astype(np.float32).view(np.uint32)
+        t1 = (a + np.float64(M + np.float32(2))).astype(np.float32).view(np.uint32)
+        t2 = (a * 0.5 + np.float64(M + np.float32(4))).astype(np.float32).view(np.uint32)
     if clamp:
-        t2 = np.fmin(t2, M + np.float32(7))
-    magnitude = np.fmin(np.fmin(t0, t1), t2).view(np.uint32) - M.view(np.uint32)
+        t2 = np.minimum(t2, (M + np.float32(7)).view(np.uint32))
+    magnitude = np.minimum(np.minimum(t0, t1), t2) - M.view(np.uint32)
     # The input's sign and the product's agree unless the product is NaN (the variant's precondition), so
     # both variants read v's sign bit; the general one also gives NaN a clear sign, as the product's is.
     sign = v.view(np.uint32) >> 31

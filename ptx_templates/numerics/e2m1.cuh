@@ -3,6 +3,7 @@
 #pragma once
 #include "ptx/convert.cuh"
 #include "ptx/float_math.cuh"
+#include "ptx/int_math.cuh"
 #include "ptx/permute.cuh"
 
 // Software e2m1, for targets without the conversion instruction
@@ -13,16 +14,22 @@
 // shifts by 2 and 4 are even, so each branch can be rounded separately. Each
 // branch is one fma/add onto the integer grid of M = 1.5 * 2^23, which
 // rounds to nearest even exactly once and leaves the integer in the low
-// mantissa bits. NaN: every branch is NaN, and min() drops NaN in favour of
-// M + 7 (code 7). Returns bits(M) + code.
+// mantissa bits. The branches are positive floats (|v| >= 0, M > 0), or
+// NaN, and the minimum is taken of their bit patterns as unsigned integers,
+// which order like the values (NaN and Inf above every finite one): the
+// minima of the three branches, feeding each other, are then one
+// three-input integer minimum on sm_90a where two float minima took two
+// instructions. NaN: every branch is NaN, whose pattern is above
+// bits(M + 7), so the clamp gives code 7, as min.f32 dropping the NaN did.
+// Returns bits(M) + code.
 template <bool CLAMP>
 FP4Q_DEVICE u32 e2m1_magnitude_biased(float v) {
     const float m = 12582912.0f;
     const float a = abs_f32(v);
-    const float t0 = fma_rn(a, 2.0f, m);
-    const float t1 = add_rn(a, m + 2.0f);
-    const float t2 = fma_rn(a, 0.5f, m + 4.0f);
-    return f32_bits(min_f32(min_f32(t0, t1), CLAMP ? min_f32(t2, m + 7.0f) : t2));
+    const u32 t0 = f32_bits(fma_rn(a, 2.0f, m));
+    const u32 t1 = f32_bits(add_rn(a, m + 2.0f));
+    const u32 t2 = f32_bits(fma_rn(a, 0.5f, m + 4.0f));
+    return min_u32(min_u32(t0, t1), CLAMP ? min_u32(t2, f32_bits(m + 7.0f)) : t2);
 }
 
 // The magnitude codes of eight floats, v[0] in the low nibble, sign bits
@@ -65,7 +72,8 @@ FP4Q_DEVICE u32 e2m1x8_pow2_magnitudes(const float (&x)[8], float two_inv, float
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const float a = abs_f32(x[i]);
-        c[i] = f32_bits(min_f32(min_f32(fma_rn(a, two_inv, m), fma_rn(a, inv, m + 2.0f)), fma_rn(a, half_inv, m + 4.0f)));
+        c[i] = min_u32(min_u32(f32_bits(fma_rn(a, two_inv, m)), f32_bits(fma_rn(a, inv, m + 2.0f))),
+                       f32_bits(fma_rn(a, half_inv, m + 4.0f)));
     }
     return e2m1x8_pack_biased(c);
 }

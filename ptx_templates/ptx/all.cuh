@@ -3,6 +3,7 @@
 #pragma once
 #include "ptx/types.cuh"
 #include "ptx/float_math.cuh"
+#include "ptx/int_math.cuh"
 #include "ptx/permute.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/shared_memory.cuh"
