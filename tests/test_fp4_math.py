@@ -206,3 +206,19 @@ def test_software_e2m1_is_the_reference(input_signs, clamp):
     got, want = software_e2m1(v, input_signs, clamp), reference.e2m1_encode(v)
     bad = np.flatnonzero(got != want)
     assert not bad.size, [(v[i], hex(v.view(np.uint32)[i]), hex(got[i]), hex(want[i])) for i in bad[:8]]
+
+
+def test_e2m1_codes_as_e4m3_bytes_are_their_values():
+    """e2m1_values (numerics/e2m1.cuh) on targets that convert e4m3: the bytes it makes of eight codes
+    (two shifts and masks per four), times 64, are the codes' values, signs and -0 included."""
+    rng = np.random.default_rng(1)
+    words = np.concatenate([rng.integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32),
+                            np.array([0x76543210, 0xFEDCBA98, 0x88888888, 0], np.uint32)])
+    even = ((words << 2) & 0x1C1C1C1C) | ((words << 4) & 0x80808080)
+    odd = ((words >> 2) & 0x1C1C1C1C) | (words & 0x80808080)
+    for i in range(8):
+        source = even if i % 2 == 0 else odd
+        byte = ((source >> (8 * (i // 2))) & 0xFF).astype(np.uint8)
+        got = formats.e4m3_decode(byte) * np.float32(64)
+        want = formats.e2m1_decode(((words >> (4 * i)) & 0xF).astype(np.uint8))
+        np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))

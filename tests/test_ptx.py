@@ -24,6 +24,7 @@ MNEMONICS = {
     "max_f32": "max.f32",
     "min_f32": "min.f32",
     "min_u32": "min.u32",
+    "mul_rn_f16x2": "mul.rn.f16x2",
     "abs_f32": "abs.f32",
     "max_bf16x2": "max.bf16x2",
     "max_f16x2": "max.f16x2",
@@ -121,6 +122,7 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= max_nan_xorsign_abs_f16x2(h2, bits);
     bits ^= prmt_b32(bits, e4, 0x7351u);
     bits = min_u32(bits, h2);
+    bits ^= mul_rn_f16x2(bits, h2);
     r = max_nan_f32(r, b);
     r = min_nan_f32(r, a);
     bits ^= cvt_rn_bf16x2_f32(a, r);

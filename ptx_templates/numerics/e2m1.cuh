@@ -146,3 +146,36 @@ FP4Q_DEVICE float e2m1_value(u32 code) {
     const u32 bits = ((code & 7u) << 22) | ((code & 8u) << 28);
     return mul_rn(f32_from_bits(bits), 0x1p126f);
 }
+
+// The values of the N (4 or 8) codes of `codes`, code i in bits 4i..4i+3,
+// exactly. Where the target converts e4m3 (FP4Q_HAS_CVT_E4M3), four codes
+// at a time become e4m3 bytes by two shifts and masks: a code's exponent
+// bits at the byte's lowest two exponent bits and its mantissa bit at the
+// byte's top mantissa bit make the byte's value the code's value times
+// 2^-6 (the biases differ by 6; code 1, 0.5, lands on the e4m3 subnormal
+// 2^-7), sign at the byte's sign. Pairs of bytes become pairs of halves,
+// exactly, which an exact multiply by 64 in f16 (values up to 6) makes the
+// codes' values, and widening to float32 is exact: the same values as
+// e2m1_value, for about half the instructions per code.
+template <int N>
+FP4Q_DEVICE void e2m1_values(u32 codes, float (&v)[N]) {
+    static_assert(N == 4 || N == 8, "one or two words of four codes");
+    if constexpr (FP4Q_HAS_CVT_E4M3) {
+        // Bytes of codes 0, 2, 4, 6 (low nibbles) and 1, 3, 5, 7 (high nibbles).
+        const u32 even = ((codes << 2) & 0x1C1C1C1Cu) | ((codes << 4) & 0x80808080u);
+        const u32 odd = ((codes >> 2) & 0x1C1C1C1Cu) | (codes & 0x80808080u);
+        const u32 sixty_four = 0x54005400u;  // 64.0 in both halves
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const u32 e = mul_rn_f16x2(cvt_rn_f16x2_e4m3x2(even >> (16 * i)), sixty_four);  // codes 4i, 4i + 2
+            const u32 o = mul_rn_f16x2(cvt_rn_f16x2_e4m3x2(odd >> (16 * i)), sixty_four);   // codes 4i + 1, 4i + 3
+            v[4 * i] = cvt_f32_f16(static_cast<u16>(e));
+            v[4 * i + 1] = cvt_f32_f16(static_cast<u16>(o));
+            v[4 * i + 2] = cvt_f32_f16(static_cast<u16>(e >> 16));
+            v[4 * i + 3] = cvt_f32_f16(static_cast<u16>(o >> 16));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = e2m1_value(codes >> (4 * i));
+    }
+}
