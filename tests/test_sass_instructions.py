@@ -334,6 +334,24 @@ def _path_text(record: dict) -> list[str]:
     return [row["instr"] for row in record["annotation"]]
 
 
+def _record(arch, kernel, per_element, one_pass):
+    per_class = {c: per_element / len(si.CLASSES) for c in si.CLASSES}
+    steady = {"per_element": per_element, "per_class_per_element": per_class}
+    return {"arch": arch, "kernel": kernel, "steady": steady,
+            "one_pass": None if one_pass is None else {"per_element": one_pass}}
+
+
+def test_comparison_pairs_the_kernels_of_both_runs():
+    before = [_record("sm_90a", "quantize/a", 16.0, 13.0), _record("sm_90a", "quantize/gone", 9.0, None)]
+    after = [_record("sm_90a", "quantize/a", 14.5, 13.0), _record("sm_90a", "quantize/new", 8.0, None),
+             _record("sm_80", "quantize/a", 20.0, None)]
+    lines = si.comparison(before, after).splitlines()
+    assert lines[0].startswith("| arch | kernel | per elem | mem |")
+    assert len(lines) == 3  # the header, its rule and the one kernel both runs have on that target
+    assert lines[2].startswith("| sm_90a | quantize/a | 16.00 -> 14.50 | 2.67 -> 2.42 |")
+    assert lines[2].endswith("| 13.00 |")  # unchanged: one number
+
+
 @needs_tools
 def test_vector_kernel_sm_90a():
     # 16 elements per thread, software e2m1: per element at least the product and the three roundings
