@@ -78,7 +78,8 @@ def test_triton_row_reports_a_second_timing_of_the_chosen_tile(monkeypatch):
     from types import SimpleNamespace
 
     calls = []
-    kernel = SimpleNamespace(triton=object(), TRITON_STATUS="ok", CONFIGS=((1, 64, 4), (2, 64, 4)),
+    kernel = SimpleNamespace(triton=object(), TRITON_STATUS="ok", TUNED={},
+                             tiles_for=lambda m, k: ((1, 64, 4), (2, 64, 4)),
                              outputs=lambda torch_module, xt: (SimpleNamespace(fill_=lambda v: None),) * 2,
                              quantize=lambda xt, tsf, q, sf, tile: calls.append(tile))
     medians = iter([5.0, 4.0, 4.6])  # tile (1, 64, 4), tile (2, 64, 4), then the chosen one again

@@ -100,7 +100,7 @@ def _run_data() -> dict:
 
 def test_plot_series():
     data = _run_data()
-    assert plot.quantizer_ratios(data) == {"fp4q": [1.1, 1.2], "Triton, bit-exact (best of its tiles)": [1.5, 2.0]}
+    assert plot.quantizer_ratios(data) == {"fp4q": [1.1, 1.2], "Triton, bit-exact (tuned tile per shape)": [1.5, 2.0]}
     assert plot.kernel_ratios(data) == {"quantize_mxfp4": [1.25, None], "dequantize_nvfp4 -> bf16": [1.2, 1.25]}
     assert plot.title(data["meta"]).startswith("fp4q abc1234 on NVIDIA H200 (sm_90a), 2026-12-03 09:06 UTC")
 

@@ -110,6 +110,10 @@ def cases(configs) -> dict[str, tuple[np.ndarray, float, tuple]]:
     for m, k in RANDOM_SHAPES:
         r = bf16_normal(m, k, seed=m + k, scale=3.0)
         out[f"random_{m}x{k}"] = (r, float(reference.global_scale(r)), (16, 256, 4))
+    even = bf16_normal(256, 512, seed=13, scale=2.0)  # every program inside the tensor: no masks
+    even[3, 40:56] = 0x7FC0  # an all-NaN group, and NaN among numbers in the next one
+    even[3, 57] = 0xFFC1
+    out["even_256x512"] = (even, float(reference.global_scale(even)), (16, 256, 4))
     small = bf16_normal(20, 208, seed=9)  # G = 13, M = 20: not multiples of 4, 128 or BLOCK_M = 32
     out["small_tiles_0"] = (small, 448.0 * 6 / 4.0, (1, 64, 1))
     out["small_tiles_1"] = (small, 448.0 * 6 / 4.0, (32, 128, 4))
@@ -160,6 +164,12 @@ def test_random_bit_exact(interpreted, m, k):
     assert_exact(interpreted, f"random_{m}x{k}")
 
 
+def test_even_shape_without_bounds(interpreted):
+    _, _, config = interpreted["cases"]["even_256x512"]
+    assert bench_triton.even(256, 512, config)
+    assert_exact(interpreted, "even_256x512")
+
+
 @pytest.mark.parametrize("i", range(2))
 def test_small_tiles_on_ragged_shapes(interpreted, i):
     assert_exact(interpreted, f"small_tiles_{i}")
@@ -170,14 +180,25 @@ def test_every_benchmark_tile(interpreted, i):
     assert_exact(interpreted, f"tile_{i}")
 
 
+def test_the_tuned_tile_is_the_one_tried(tmp_path, monkeypatch):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"best": [dict(m=64, k=1024, block_m=32, block_k=128, warps=2, us=1.0)]}))
+    monkeypatch.setattr(bench_triton, "TUNED", bench_triton.load_tuned(path))
+    assert bench_triton.tiles_for(64, 1024) == ((32, 128, 2),)
+    assert bench_triton.tiles_for(64, 2048) == bench_triton.CONFIGS
+    assert bench_triton.load_tuned(tmp_path / "none.json") == {}
+
+
 def test_bad_arguments_are_refused(interpreted):
     assert interpreted["refused"] == [True, True]
 
 
+@pytest.mark.parametrize("even", (False, True), ids=("masked", "even"))
 @pytest.mark.parametrize("tile", bench_triton.CONFIGS, ids=lambda t: f"{t[0]}x{t[1]}")
-def test_the_kernel_compiles_for_hopper_without_a_gpu(tile):
+def test_the_kernel_compiles_for_hopper_without_a_gpu(tile, even):
     """The interpreter accepts what Triton's compiler may not (globals that are not
-    constexpr objects, say): compile each benchmarked tile to a cubin for sm_90."""
+    constexpr objects, say): compile each benchmarked tile to a cubin for sm_90,
+    with and without the bounds."""
     import inspect
 
     from triton.backends.compiler import GPUTarget
@@ -185,8 +206,9 @@ def test_the_kernel_compiles_for_hopper_without_a_gpu(tile):
 
     kernel = bench_triton._nvfp4_kernel
     names = list(inspect.signature(kernel.fn).parameters)
-    types = ["*i32", "*i32", "*i32", "*fp32", "i32", "i32", "i32", "constexpr", "constexpr"]
-    source = ASTSource(fn=kernel, signature=dict(zip(names, types)),
-                       constexprs={(names.index("BLOCK_M"),): tile[0], (names.index("BLOCK_K"),): tile[1]})
+    types = ["*i32", "*i32", "*i32", "*fp32", "i32", "i32", "i32", "constexpr", "constexpr", "constexpr"]
+    constexprs = {(names.index("BLOCK_M"),): tile[0], (names.index("BLOCK_K"),): tile[1],
+                  (names.index("EVEN"),): even}
+    source = ASTSource(fn=kernel, signature=dict(zip(names, types)), constexprs=constexprs)
     compiled = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": tile[2]})
     assert compiled.asm["cubin"][:4] == b"\x7fELF"

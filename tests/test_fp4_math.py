@@ -159,7 +159,8 @@ def test_software_e4m3_round_trips_every_byte():
 # --- the software e2m1 conversion, on the CPU -------------------------------------------------------------------
 # A numpy transcription of e2m1_magnitude_biased and e2m1x8's sign handling (numerics/e2m1.cuh): each branch is
 # one fma or add onto the grid of M = 1.5 * 2^23, computed in float64 (exact here: the operands' bits fit in 53)
-# and rounded once to float32, as fma.rn / add.rn round; np.fmin drops NaN as min.f32 does.
+# and rounded once to float32, as fma.rn / add.rn round; the minimum is taken of their bit patterns as unsigned
+# integers (min.u32), where a NaN branch (positive: |v| is) lies above the clamp's M + 7.
 
 M = np.float32(1.5 * 2**23)
 
@@ -168,12 +169,12 @@ def software_e2m1(v: np.ndarray, input_signs: bool, clamp: bool) -> np.ndarray:
     v = np.asarray(v, np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # signalling NaNs, and Inf * 2 + M
         a = np.abs(v).astype(np.float64)
-        t0 = (a * 2 + np.float64(M)).astype(np.float32)
-        t1 = (a + np.float64(M + np.float32(2))).astype(np.float32)
-        t2 = (a * 0.5 + np.float64(M + np.float32(4))).astype(np.float32)
+        t0 = (a * 2 + np.float64(M)).astype(np.float32).view(np.uint32)
+        t1 = (a + np.float64(M + np.float32(2))).astype(np.float32).view(np.uint32)
+        t2 = (a * 0.5 + np.float64(M + np.float32(4))).astype(np.float32).view(np.uint32)
     if clamp:
-        t2 = np.fmin(t2, M + np.float32(7))
-    magnitude = np.fmin(np.fmin(t0, t1), t2).view(np.uint32) - M.view(np.uint32)
+        t2 = np.minimum(t2, (M + np.float32(7)).view(np.uint32))
+    magnitude = np.minimum(np.minimum(t0, t1), t2) - M.view(np.uint32)
     # The input's sign and the product's agree unless the product is NaN (the variant's precondition), so
     # both variants read v's sign bit; the general one also gives NaN a clear sign, as the product's is.
     sign = v.view(np.uint32) >> 31
@@ -205,3 +206,19 @@ def test_software_e2m1_is_the_reference(input_signs, clamp):
     got, want = software_e2m1(v, input_signs, clamp), reference.e2m1_encode(v)
     bad = np.flatnonzero(got != want)
     assert not bad.size, [(v[i], hex(v.view(np.uint32)[i]), hex(got[i]), hex(want[i])) for i in bad[:8]]
+
+
+def test_e2m1_codes_as_e4m3_bytes_are_their_values():
+    """e2m1_values (numerics/e2m1.cuh) on targets that convert e4m3: the bytes it makes of eight codes
+    (two shifts and masks per four), times 64, are the codes' values, signs and -0 included."""
+    rng = np.random.default_rng(1)
+    words = np.concatenate([rng.integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32),
+                            np.array([0x76543210, 0xFEDCBA98, 0x88888888, 0], np.uint32)])
+    even = ((words << 2) & 0x1C1C1C1C) | ((words << 4) & 0x80808080)
+    odd = ((words >> 2) & 0x1C1C1C1C) | (words & 0x80808080)
+    for i in range(8):
+        source = even if i % 2 == 0 else odd
+        byte = ((source >> (8 * (i // 2))) & 0xFF).astype(np.uint8)
+        got = formats.e4m3_decode(byte) * np.float32(64)
+        want = formats.e2m1_decode(((words >> (4 * i)) & 0xF).astype(np.uint8))
+        np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))

@@ -23,6 +23,8 @@ MNEMONICS = {
     "div_rn": "div.rn.f32",
     "max_f32": "max.f32",
     "min_f32": "min.f32",
+    "min_u32": "min.u32",
+    "mul_rn_f16x2": "mul.rn.f16x2",
     "abs_f32": "abs.f32",
     "max_bf16x2": "max.bf16x2",
     "max_f16x2": "max.f16x2",
@@ -124,6 +126,8 @@ fp4q_ptx_all(const __grid_constant__ TensorMap in_map, const __grid_constant__ T
     bits ^= prmt_b32(bits, e4, 0x7351u);
     bits ^= brev_b32(bits) ^ cvt_rzi_u32_f32(r);
     bits ^= static_cast<u32>(mul_wide_u32(bits, e4) >> 32);
+    bits = min_u32(bits, h2);
+    bits ^= mul_rn_f16x2(bits, h2);
     r = max_nan_f32(r, b);
     r = min_nan_f32(r, a);
     bits ^= cvt_rn_bf16x2_f32(a, r);

@@ -87,7 +87,7 @@ struct RowwiseStore {
                                 const QuantizedRun<SF_VEC, 4 * VEC_LOADS>& out) const {
         const int groups = cols / SF_VEC;
         if (live) {
-            u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
+            u8* dst = q + static_cast<u64>(unit.row) * static_cast<u32>(cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
                 st_global_u32(dst, out.q[0]);
             } else if constexpr (VEC_LOADS == 2) {
@@ -167,8 +167,11 @@ FP4Q_DEVICE void quantize_units(const Load& load, const Transform& transform, co
     // Where the grid has a thread for every unit (up to about one wave of
     // them: the serving sizes), no thread has a second one, and the walk's
     // step and the next load are skipped instead of computed and found past
-    // the end.
-    const bool one_pass = static_cast<u64>(rows) * static_cast<u32>(unit.per_row) <= grid_threads();
+    // the end. rows * per_row <= grid_threads holds exactly when the walk's
+    // row step, grid_threads / per_row rounded down, is at least rows: one
+    // compare of values the walk holds, where the product took six
+    // instructions that ptxas redid on every trip.
+    const bool one_pass = unit.row_step >= static_cast<u32>(rows);
     // The loop runs while any lane of the warp has a row (the first lane has
     // the lowest), so that every lane takes part in each shuffle.
     while (vote_sync_any_pred(unit.row < rows)) {

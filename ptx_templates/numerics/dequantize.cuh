@@ -35,8 +35,9 @@ FP4Q_DEVICE float rcp_tensor_sf(float value, const float* ptr) {
 // the 16 bytes of output in memory order.
 FP4Q_DEVICE void dequantize_unit(u32 codes, float d, u32 (&out)[4]) {
     float y[UNIT];
+    e2m1_values(codes, y);
 #pragma unroll
-    for (int i = 0; i < UNIT; ++i) y[i] = mul_rn(e2m1_value(codes >> (4 * i)), d);
+    for (int i = 0; i < UNIT; ++i) y[i] = mul_rn(y[i], d);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
         if constexpr (FP4Q_OUT_F32) {

@@ -3,6 +3,7 @@
 #pragma once
 #include "ptx/convert.cuh"
 #include "ptx/float_math.cuh"
+#include "ptx/integer_math.cuh"
 #include "ptx/permute.cuh"
 
 // Software e2m1, for targets without the conversion instruction
@@ -13,16 +14,22 @@
 // shifts by 2 and 4 are even, so each branch can be rounded separately. Each
 // branch is one fma/add onto the integer grid of M = 1.5 * 2^23, which
 // rounds to nearest even exactly once and leaves the integer in the low
-// mantissa bits. NaN: every branch is NaN, and min() drops NaN in favour of
-// M + 7 (code 7). Returns bits(M) + code.
+// mantissa bits. The branches are positive floats (|v| >= 0, M > 0), or
+// NaN, and the minimum is taken of their bit patterns as unsigned integers,
+// which order like the values (NaN and Inf above every finite one): the
+// minima of the three branches, feeding each other, are then one
+// three-input integer minimum on sm_90a where two float minima took two
+// instructions. NaN: every branch is NaN, whose pattern is above
+// bits(M + 7), so the clamp gives code 7, as min.f32 dropping the NaN did.
+// Returns bits(M) + code.
 template <bool CLAMP>
 FP4Q_DEVICE u32 e2m1_magnitude_biased(float v) {
     const float m = 12582912.0f;
     const float a = abs_f32(v);
-    const float t0 = fma_rn(a, 2.0f, m);
-    const float t1 = add_rn(a, m + 2.0f);
-    const float t2 = fma_rn(a, 0.5f, m + 4.0f);
-    return f32_bits(min_f32(min_f32(t0, t1), CLAMP ? min_f32(t2, m + 7.0f) : t2));
+    const u32 t0 = f32_bits(fma_rn(a, 2.0f, m));
+    const u32 t1 = f32_bits(add_rn(a, m + 2.0f));
+    const u32 t2 = f32_bits(fma_rn(a, 0.5f, m + 4.0f));
+    return min_u32(min_u32(t0, t1), CLAMP ? min_u32(t2, f32_bits(m + 7.0f)) : t2);
 }
 
 // The magnitude codes of eight floats, v[0] in the low nibble, sign bits
@@ -65,7 +72,8 @@ FP4Q_DEVICE u32 e2m1x8_pow2_magnitudes(const float (&x)[8], float two_inv, float
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const float a = abs_f32(x[i]);
-        c[i] = f32_bits(min_f32(min_f32(fma_rn(a, two_inv, m), fma_rn(a, inv, m + 2.0f)), fma_rn(a, half_inv, m + 4.0f)));
+        c[i] = min_u32(min_u32(f32_bits(fma_rn(a, two_inv, m)), f32_bits(fma_rn(a, inv, m + 2.0f))),
+                       f32_bits(fma_rn(a, half_inv, m + 4.0f)));
     }
     return e2m1x8_pack_biased(c);
 }
@@ -137,4 +145,37 @@ FP4Q_DEVICE u32 e2m1x8(const float (&v)[8]) { return e2m1x8<false, true>(v, 0u, 
 FP4Q_DEVICE float e2m1_value(u32 code) {
     const u32 bits = ((code & 7u) << 22) | ((code & 8u) << 28);
     return mul_rn(f32_from_bits(bits), 0x1p126f);
+}
+
+// The values of the N (4 or 8) codes of `codes`, code i in bits 4i..4i+3,
+// exactly. Where the target converts e4m3 (FP4Q_HAS_CVT_E4M3), four codes
+// at a time become e4m3 bytes by two shifts and masks: a code's exponent
+// bits at the byte's lowest two exponent bits and its mantissa bit at the
+// byte's top mantissa bit make the byte's value the code's value times
+// 2^-6 (the biases differ by 6; code 1, 0.5, lands on the e4m3 subnormal
+// 2^-7), sign at the byte's sign. Pairs of bytes become pairs of halves,
+// exactly, which an exact multiply by 64 in f16 (values up to 6) makes the
+// codes' values, and widening to float32 is exact: the same values as
+// e2m1_value, for about half the instructions per code.
+template <int N>
+FP4Q_DEVICE void e2m1_values(u32 codes, float (&v)[N]) {
+    static_assert(N == 4 || N == 8, "one or two words of four codes");
+    if constexpr (FP4Q_HAS_CVT_E4M3) {
+        // Bytes of codes 0, 2, 4, 6 (low nibbles) and 1, 3, 5, 7 (high nibbles).
+        const u32 even = ((codes << 2) & 0x1C1C1C1Cu) | ((codes << 4) & 0x80808080u);
+        const u32 odd = ((codes >> 2) & 0x1C1C1C1Cu) | (codes & 0x80808080u);
+        const u32 sixty_four = 0x54005400u;  // 64.0 in both halves
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const u32 e = mul_rn_f16x2(cvt_rn_f16x2_e4m3x2(even >> (16 * i)), sixty_four);  // codes 4i, 4i + 2
+            const u32 o = mul_rn_f16x2(cvt_rn_f16x2_e4m3x2(odd >> (16 * i)), sixty_four);   // codes 4i + 1, 4i + 3
+            v[4 * i] = cvt_f32_f16(static_cast<u16>(e));
+            v[4 * i + 1] = cvt_f32_f16(static_cast<u16>(o));
+            v[4 * i + 2] = cvt_f32_f16(static_cast<u16>(e >> 16));
+            v[4 * i + 3] = cvt_f32_f16(static_cast<u16>(o >> 16));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = e2m1_value(codes >> (4 * i));
+    }
 }

@@ -55,6 +55,13 @@ FP4Q_DEVICE float div_rn(float a, float b) {
     return d;
 }
 
+// Packed product of two pairs of halves, each rounded to nearest even.
+FP4Q_DEVICE u32 mul_rn_f16x2(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
 // NaN-dropping maximum/minimum (IEEE maxNum), what the spec's amax needs.
 FP4Q_DEVICE float max_f32(float a, float b) {
     float d;

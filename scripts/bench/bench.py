@@ -9,7 +9,8 @@ behind a spin kernel so host overhead never counts):
   torch eager     the spec's formula written straightforwardly in PyTorch
   torch.compile   the same function under torch.compile(mode="default")
   triton          bench_triton.py: a vectorized Triton kernel, bit-exact to the
-                  spec, swizzled scales; best of its tile shapes per shape
+                  spec, swizzled scales; its tile per shape from the tuned table
+                  (tune_triton.py), else the best of its CONFIGS
   torchao         torchao's NVFP4 quantizer, where torchao imports
   fp4q            the default (tuned) config, with PDL on and with PDL off
 

@@ -139,14 +139,15 @@ def bench_torch_compile(env, case: Case) -> Row:
 
 
 def bench_triton(env, case: Case) -> Row:
-    name = "triton (bench_triton, best tile)"
+    name = "triton (bench_triton, tuned tile)"
     if env.torch is None:
         return Row(name, status=f"needs torch: {env.torch_status}")
     if triton_kernel.triton is None:
         return Row(name, status=triton_kernel.TRITON_STATUS)
     q, sf = triton_kernel.outputs(env.torch, case.xt)
     tiles = []
-    for tile in triton_kernel.CONFIGS:
+    candidates = triton_kernel.tiles_for(case.m, case.k)
+    for tile in candidates:
         label = f"{tile[0]}x{tile[1]}/{tile[2]}w"
         try:
             q.fill_(0xAB)
@@ -170,7 +171,8 @@ def bench_triton(env, case: Case) -> Row:
     chosen = timing.time_fn(lambda: triton_kernel.quantize(case.xt, case.tsf_t, q, sf, tile),
                             warmup=env.args.warmup, reps=env.args.reps)
     others = ", ".join(f"{t['tile']} {t['median_us']:.1f}" for t in timed if t is not best)
-    note = (f"best of {len(triton_kernel.CONFIGS)} tiles (rows x elements/warps): {best['tile']}, chosen at "
+    source = "the tuned table's" if (case.m, case.k) in triton_kernel.TUNED else f"best of {len(candidates)}"
+    note = (f"{source} tile (rows x elements/warps): {best['tile']}, chosen at "
             f"{best['median_us']:.2f} us and timed again for this row; others (us): {others}; swizzled scales, "
             f"out= given")
     if best["detail"]:

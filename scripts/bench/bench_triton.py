@@ -4,28 +4,40 @@ Written to be as fast as Triton allows, so that the benchmark compares fp4q
 with the best a Triton user would write, not a straw man:
 
 - x is read as int32 words (two bf16 each, element 2i in the low half), a
-  (rows, groups, 8 words) block per program: wide, coalesced loads, and the
-  even/odd split that the nibble packing needs comes for free;
-- bf16 -> float32 is a shift or a mask; the NaN-dropping group amax is an
-  integer max over the 15-bit magnitudes (NaN magnitudes set to 0 first);
+  (rows, groups, 2, 4 words) block per program: each thread's innermost 4
+  words are one 16-byte load, and the even/odd split that the nibble
+  packing needs comes for free;
+- the NaN-dropping group amax is an unsigned max of one multiply-add per
+  element: each bf16 magnitude plus 0x7F, modulo 2**15, in the top 15 bits
+  of a word, which keeps every number's order and wraps the 127 NaN
+  magnitudes below all of them (_amax);
+- bf16 -> float32 is a shift or a mask; r = 1 / tensor_sf once per program,
+  inv = 1 / d per group, both IEEE divisions (div_rn), as the spec requires;
 - the e4m3 scale is rounded in integer arithmetic (normals: round the
   mantissa to 3 bits; subnormals: round s * 2**9 to an integer with the
   2**23 trick), saturating at 448, NaN -> 0x7F, sign kept;
-- r, inv are IEEE divisions (div_rn), as the spec requires;
-- e2m1 is three rounding adds onto an integer grid and an integer min
-  (about ten operations per element; see _e2m1);
-- each word gives one byte of q (its two codes), stored where it stands:
-  a thread's consecutive words become one vector store of bytes, with no
-  cross-thread packing; scales are stored as bytes at their swizzled offsets;
+- e2m1 is three roundings onto an integer grid (FMAs whose products by 2
+  and 1/2 are exact), an integer min and one signed compare for the sign
+  (_e2m1);
+- codes and scales are stored as words: each thread's four bytes of codes
+  (eight elements) as one int32, and each row's four scale bytes of a
+  128x4 tile as one int32 at its swizzled word;
 - the grid covers the padded scale tensor (rows up to a multiple of 128,
   groups up to a multiple of 4): the padding gets 0x00 from the same code,
-  without a separate fill.
+  without a separate fill; where the shape needs no bounds (every program's
+  rows and groups inside the tensor), the loads and stores carry no masks
+  (the EVEN specialization).
 
-Tiles (rows per program, elements per program, warps) are tried per shape by
-the benchmark; CONFIGS is that list.
+The tile (rows per program, elements per program, warps) is chosen per
+shape: TUNED, the winners of ``python -m scripts.bench.tune_triton`` on the
+benchmark's GPU (triton_tuned.json beside this file), where it has the
+shape, else CONFIGS are tried by the benchmark.
 """
 
 from __future__ import annotations
+
+import json
+import pathlib
 
 try:
     import triton
@@ -53,17 +65,40 @@ CONFIGS = (
     (16, 1024, 8),
 )
 
+TUNED_FILE = pathlib.Path(__file__).with_name("triton_tuned.json")
+
+
+def load_tuned(path: pathlib.Path = TUNED_FILE) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """{(M, K): (BLOCK_M, BLOCK_K, num_warps)} from a tuning run's file; empty where there is none."""
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())["best"]
+    return {(e["m"], e["k"]): (e["block_m"], e["block_k"], e["warps"]) for e in entries}
+
+
+TUNED = load_tuned()
+
+
+def tiles_for(m: int, k: int) -> tuple[tuple[int, int, int], ...]:
+    """The tiles the benchmark tries at (m, k): the tuned one where the table has the shape, else CONFIGS."""
+    tuned = TUNED.get((m, k))
+    return (tuned,) if tuned else CONFIGS
+
+
 # e2m1 by rounding onto the integer grid of M = 1.5 * 2**23 (bits 0x4B400000): the
 # code of |v| is rint(min(2|v|, |v| + 2, |v|/2 + 4, 7)), each branch one rounding
-# add; the branches are positive floats, so their bit patterns order like their
+# FMA or add; the branches are positive floats, so their bit patterns order like their
 # values and an integer min takes them (NaN and Inf, above every finite pattern,
 # give the clamp's 7 without a float min's NaN rules).
 _M = 12582912.0
 _M_BITS = 0x4B400000
+# int32 bits of -Inf: a float is negative and not NaN exactly where its bits, as a
+# signed integer, are at most this (negative NaNs lie between it and -1).
+_NEG_INF_BITS = -8388608
 
 if triton is not None:
     # A jit function reads a global only when it is a constexpr object.
-    M, M_BITS = tl.constexpr(_M), tl.constexpr(_M_BITS)
+    M, M_BITS, NEG_INF_BITS = tl.constexpr(_M), tl.constexpr(_M_BITS), tl.constexpr(_NEG_INF_BITS)
 
     @triton.jit
     def _e4m3(s):
@@ -95,17 +130,31 @@ if triton is not None:
     def _e2m1(v):
         """E2M1 codes (int32, 0..15) of float32 v: RNE with the spec's ties, saturation, NaN -> 7, -0 -> 8."""
         a = tl.abs(v)
-        t0 = (a * 2.0 + M).to(tl.int32, bitcast=True)  # a * 2 and a * 0.5 are exact: one rounding each
+        # a * 2 and a * 0.5 are exact, so each FMA rounds once, as the add does.
+        t0 = tl.fma(a, 2.0, M).to(tl.int32, bitcast=True)
         t1 = (a + (M + 2.0)).to(tl.int32, bitcast=True)
-        t2 = (a * 0.5 + (M + 4.0)).to(tl.int32, bitcast=True)
+        t2 = tl.fma(a, 0.5, M + 4.0).to(tl.int32, bitcast=True)
         code = tl.minimum(tl.minimum(t0, t1), tl.minimum(t2, M_BITS + 7)) - M_BITS
-        bits = v.to(tl.int32, bitcast=True)
-        negative = (bits < 0) & ((bits & 0x7FFFFFFF) <= 0x7F800000)
-        return code | (negative.to(tl.int32) << 3)
+        negative = v.to(tl.int32, bitcast=True) <= NEG_INF_BITS  # sign set, not NaN
+        return code | tl.where(negative, 8, 0)
 
     @triton.jit
-    def _nvfp4_kernel(xw_ptr, q_ptr, sf_ptr, tsf_ptr, M, K, M_pad,
-                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _amax(u):
+        """The NaN-dropping amax (float32) of each group of u (uint32 words, bf16 pairs; groups on
+        axes 0 and 1). A magnitude m (15 bits) becomes (m + 0x7F) mod 2**15 in the top 15 bits:
+        numbers 0..0x7F80 keep their order as 0x7F..0x7FFF and the NaNs 0x7F81..0x7FFF wrap to
+        0..0x7E, below every number; an all-NaN group gives amax 0. The low element's key is
+        u * 2**17 + 0x7F * 2**17, the high one's u * 2 + 0x7F * 2**17 (its low 17 bits, the low
+        element's bits, stay below the compared field and never carry into it)."""
+        lo_key = u * 131072 + 0xFE0000
+        hi_key = u * 2 + 0xFE0000
+        key = tl.max(tl.max(tl.maximum(lo_key, hi_key), axis=3), axis=2) >> 17
+        magnitude = tl.where(key >= 0x7F, key - 0x7F, 0)
+        return (magnitude << 16).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _nvfp4_kernel(xw_ptr, qw_ptr, sfw_ptr, tsf_ptr, M, K, M_pad,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
         BG: tl.constexpr = BLOCK_K // 16
         pid_m = tl.program_id(0)
         pid_g = tl.program_id(1)
@@ -113,36 +162,47 @@ if triton is not None:
         GW = (G + 3) // 4  # scale words per row: ceil(G / 4)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         groups = pid_g * BG + tl.arange(0, BG)
-        words = tl.arange(0, 8)
+        half = tl.arange(0, 2)
+        word = tl.arange(0, 4)
         valid = (rows < M)[:, None] & (groups < G)[None, :]  # (BM, BG)
-        row_off = rows.to(tl.int64) * (K // 2)
-        offs = row_off[:, None, None] + (groups * 8)[None, :, None] + words[None, None, :]
-        w = tl.load(xw_ptr + offs, mask=valid[:, :, None], other=0)  # (BM, BG, 8) int32
-
-        lo_mag = w & 0x7FFF
-        hi_mag = (w >> 16) & 0x7FFF
-        lo_mag = tl.where(lo_mag > 0x7F80, 0, lo_mag)  # NaN ignored in the max
-        hi_mag = tl.where(hi_mag > 0x7F80, 0, hi_mag)
-        amax = (tl.max(tl.maximum(lo_mag, hi_mag), axis=2) << 16).to(tl.float32, bitcast=True)
+        inner = (groups * 8)[None, :, None, None] + (half * 4)[None, None, :, None] + word[None, None, None, :]
+        offs = (rows.to(tl.int64) * (K // 2))[:, None, None, None] + inner
+        if EVEN:
+            w = tl.load(xw_ptr + offs)
+        else:
+            w = tl.load(xw_ptr + offs, mask=valid[:, :, None, None], other=0)  # (BM, BG, 2, 4) int32
+        u = w.to(tl.uint32, bitcast=True)
+        amax = _amax(u)
 
         tsf = tl.load(tsf_ptr)
+        r = tl.div_rn(1.0, tsf)
         s = tsf * (amax * 0.1666666716337204)  # float32(1/6) exactly; two roundings in this order
         sf_code, sf_val = _e4m3(s)
-        one = tl.full(s.shape, 1.0, tl.float32)
-        d = sf_val * tl.div_rn(one, tsf + tl.zeros_like(s))
-        inv = tl.where(d == 0.0, 0.0, tl.div_rn(one, d))
+        d = sf_val * r
+        inv = tl.where(d == 0.0, 0.0, tl.div_rn(tl.full(d.shape, 1.0, tl.float32), d))[:, :, None, None]
 
-        x_lo = (w << 16).to(tl.float32, bitcast=True)
-        x_hi = (w & -65536).to(tl.float32, bitcast=True)
-        byte = _e2m1(x_lo * inv[:, :, None]) | (_e2m1(x_hi * inv[:, :, None]) << 4)  # (BM, BG, 8)
-        # Word i of the row holds elements 2i and 2i + 1: its byte is q's byte i.
-        tl.store(q_ptr + offs, byte.to(tl.uint8), mask=valid[:, :, None])
+        x_lo = (u << 16).to(tl.float32, bitcast=True)
+        x_hi = (u & 0xFFFF0000).to(tl.float32, bitcast=True)
+        byte = _e2m1(x_lo * inv) | (_e2m1(x_hi * inv) << 4)  # word i of the row: q's byte i
+        # Four bytes of codes (eight elements, disjoint bits) as one int32 of q.
+        codes = tl.sum(byte << (word * 8)[None, None, None, :], axis=3)  # (BM, BG, 2)
+        q_offs = (rows.to(tl.int64) * (K // 8))[:, None, None] + (groups * 2)[None, :, None] + half[None, None, :]
+        if EVEN:
+            tl.store(qw_ptr + q_offs, codes)
+        else:
+            tl.store(qw_ptr + q_offs, codes, mask=valid[:, :, None])
 
-        # The swizzled offset of scale (row, group); padding rows and groups get 0x00.
-        sf_code = tl.where(valid, sf_code, 0).to(tl.uint8)
-        sf_offs = (((rows // 128) * GW).to(tl.int64)[:, None] + (groups // 4)[None, :]) * 512 \
-            + ((rows % 32) * 16 + ((rows % 128) // 32) * 4)[:, None] + (groups % 4)[None, :]
-        tl.store(sf_ptr + sf_offs, sf_code, mask=(rows < M_pad)[:, None] & (groups < GW * 4)[None, :])
+        # A row's four scale bytes of a 128x4 tile as one int32, at its swizzled word
+        # (byte offset / 4); padding rows and groups get 0x00.
+        sf_code = tl.where(valid, sf_code, 0)
+        sf_words = tl.sum(tl.reshape(sf_code, (BLOCK_M, BG // 4, 4)) << (word * 8)[None, None, :], axis=2)
+        tiles = pid_g * (BG // 4) + tl.arange(0, BG // 4)
+        sf_offs = (((rows // 128) * GW).to(tl.int64)[:, None] + tiles[None, :]) * 128 \
+            + ((rows % 32) * 4 + (rows % 128) // 32)[:, None]
+        if EVEN:
+            tl.store(sfw_ptr + sf_offs, sf_words)
+        else:
+            tl.store(sfw_ptr + sf_offs, sf_words, mask=(rows < M_pad)[:, None] & (tiles < GW)[None, :])
 
 
 def swizzled_sf_bytes(m: int, k: int) -> int:
@@ -157,23 +217,43 @@ def outputs(torch, x):
             torch.empty(swizzled_sf_bytes(m, k), dtype=torch.uint8, device=x.device))
 
 
+def even(m: int, k: int, config) -> bool:
+    """Whether every program of config's grid at (m, k) lies inside the tensor: no bounds to test."""
+    block_m, block_k, _ = config
+    groups = k // 16
+    return m % 128 == 0 and m % block_m == 0 and groups % (block_k // 16) == 0
+
+
 def quantize(x, tsf, q, sf, config):
     """NVFP4 of bf16 torch tensor x (M, K), K % 16 == 0, with float32 0-d device tensor tsf.
 
     Writes q (M, K/2) uint8 and the swizzled scales into sf (contiguous uint8
     of swizzled_sf_bytes(M, K) bytes), padding included.
     """
-    block_m, block_k, warps = config
+    block_k = config[1]
     m, k = x.shape
     if k % 16 or block_k % 64 or not x.is_contiguous() or not q.is_contiguous() or not sf.is_contiguous():
         raise ValueError("K must be a multiple of 16, BLOCK_K of 64, and every tensor contiguous")
     if sf.numel() != swizzled_sf_bytes(m, k) or tuple(q.shape) != (m, k // 2):
         raise ValueError(f"q must be ({m}, {k // 2}) and sf {swizzled_sf_bytes(m, k)} bytes")
+    kernel_args, grid = launch(x, tsf, q, sf, config)
+    _nvfp4_kernel[grid](*kernel_args, **launch_options(m, k, config))
+
+
+def launch(x, tsf, q, sf, config) -> tuple[tuple, tuple[int, int]]:
+    """The kernel's arguments (the tensors viewed as int32 words) and its grid, which covers the
+    padded scale tensor."""
     import torch
 
+    block_m, block_k, _ = config
+    m, k = x.shape
     m_pad = -(-m // 128) * 128
     g_pad = -(-(k // 16) // 4) * 4
     grid = (triton.cdiv(m_pad, block_m), triton.cdiv(g_pad * 16, block_k))
-    _nvfp4_kernel[grid](x.view(torch.int32), q, sf, tsf, m, k, m_pad,
-                        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=warps,
-                        enable_fp_fusion=False)  # x * inv is rounded before e2m1 (no fma into the grid add)
+    return (x.view(torch.int32), q.view(torch.int32), sf.view(torch.int32), tsf, m, k, m_pad), grid
+
+
+def launch_options(m: int, k: int, config) -> dict:
+    block_m, block_k, warps = config
+    return dict(BLOCK_M=block_m, BLOCK_K=block_k, EVEN=even(m, k, config), num_warps=warps,
+                enable_fp_fusion=False)  # x * inv is rounded before e2m1 (no fma into the grid add)

@@ -23,7 +23,7 @@ DEFAULT_JSON = os.path.join(REPO, "docs", "data", "benchmarks.json")
 DEFAULT_PNG = os.path.join(REPO, "docs", "benchmarks.png")
 
 # Contender rows of the NVFP4 quantize table (their names start so), and the legend's words for them.
-QUANTIZERS = (("fp4q default, PDL on", "fp4q"), ("triton", "Triton, bit-exact (best of its tiles)"),
+QUANTIZERS = (("fp4q default, PDL on", "fp4q"), ("triton", "Triton, bit-exact (tuned tile per shape)"),
               ("torch eager", "torch eager (spec formula)"), ("torch.compile", "torch.compile (spec formula)"),
               ("torchao", "torchao"))
 # fp4q's other kernels in the formats table (their labels start so), and the legend's words for them.

@@ -2,6 +2,7 @@
 
     python scripts/gpu/sass_instructions.py [--arch sm_90a --arch sm_100f --arch sm_80] [--json OUT]
                                         [--match REGEX] [--jobs N] [--annotate REGEX]
+                                        [--compare BEFORE.json]
 
 For each kernel (below) and target, the kernel is rendered and compiled as the
 library does (``render`` + ``compile_source`` into a throw-away binary cache),
@@ -100,6 +101,10 @@ Beside the counts: ptxas's registers and spill bytes of each kernel (a cut
 that makes a kernel at its register cap spill is no cut), the loop's head
 address, its blocks and its static size (every instruction of its blocks,
 all variants included).
+
+``--compare BEFORE.json`` prints, beside the table, each kernel's steady-state
+instructions per element and per class before (a ``--json`` of another tree)
+and now, and the one-pass count: the before/after table of a change.
 
 ``--annotate REGEX`` prints, for the matching kernels, each instruction of
 the common path with its class and its source (template file, line, text,
@@ -499,6 +504,29 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def comparison(before: list[dict], after: list[dict]) -> str:
+    """Markdown: per kernel of ``after`` that ``before`` has too (same target and name), the steady
+    state's instructions per element, in all and by class, and the one pass's, before -> after."""
+    old = {(r["arch"], r["kernel"]): r for r in before}
+    head = "| arch | kernel | per elem | " + " | ".join(CLASSES) + " | one pass per elem |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+
+    def pair(a: float | None, b: float | None) -> str:
+        if a is None or b is None:
+            return "-" if b is None else f"{b:.2f}"
+        return f"{b:.2f}" if abs(a - b) < 0.005 else f"{a:.2f} -> {b:.2f}"
+
+    for r in after:
+        b = old.get((r["arch"], r["kernel"]))
+        if b is None:
+            continue
+        s, t = b["steady"], r["steady"]
+        per = " | ".join(pair(s["per_class_per_element"][c], t["per_class_per_element"][c]) for c in CLASSES)
+        one = pair(b["one_pass"] and b["one_pass"]["per_element"], r["one_pass"] and r["one_pass"]["per_element"])
+        lines.append(f"| {r['arch']} | {r['kernel']} | {pair(s['per_element'], t['per_element'])} | {per} | {one} |")
+    return "\n".join(lines)
+
+
 def print_annotation(r: dict) -> None:
     print(f"\n=== {r['arch']} {r['kernel']}: {r['steady']['instructions']} instructions for {r['elements']} elements")
     by_line: dict[str, dict[str, int]] = {}
@@ -521,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=pathlib.Path, help="write the records here")
     parser.add_argument("--match", help="only the kernels whose name this regular expression finds")
     parser.add_argument("--annotate", help="print the common path of the kernels whose name this finds")
+    parser.add_argument("--compare", type=pathlib.Path, help="a --json of another tree: print before -> after")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
     args = parser.parse_args(argv)
     archs = args.arch or list(DEFAULT_ARCHS)
@@ -533,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
         with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             records = list(pool.map(measure, work))
     print(table(records))
+    if args.compare:
+        print("\n" + comparison(json.loads(args.compare.read_text())["records"], records))
     for r in records:
         if "annotation" in r:
             print_annotation(r)
