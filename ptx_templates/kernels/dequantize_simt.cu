@@ -60,6 +60,6 @@ fp4q_dequantize_simt(const u8* __restrict__ q, i64 q_row_stride,
         const u32 codes = load_codes(q + unit.row * q_row_stride + col / 2);
         u32 w[4];
         dequantize_unit(codes, group_scale(sf[sf_index(unit.row, col / GROUP, groups)], rcp_tsf), w);
-        store_unit(out, static_cast<i64>(unit.row) * cols + col, w);
+        store_unit(out, unit.row * cols + col, w);
     }
 }

@@ -58,18 +58,18 @@ fp4q_quantize_fp4_simt(FP4Q_SIMT_QUANTIZE_PARAMS) {
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const int groups = cols / SF_VEC;
     const int out_groups = out_cols / SF_VEC;
-    const u32 domain_rows = static_cast<u32>(sf_domain_rows(rows));
+    const i64 domain_rows = sf_domain_rows(rows);
     const Divisor per_row{static_cast<u32>(sf_domain_groups(out_groups)), unit_magic, unit_shift};
     write_padding_codes<1>(out, rows, cols, out_cols);
     for (RowWalk unit(grid_thread(), grid_threads(), per_row); unit.row < domain_rows; unit.advance()) {
-        const u32 m = unit.row;
+        const i64 m = unit.row;
         const int j = unit.col;
-        u8* dst = out + static_cast<u64>(m) * static_cast<u32>(out_cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
+        u8* dst = out + m * (out_cols / 2) + static_cast<i64>(j) * (SF_VEC / 2);
         u32 sf_byte = 0;
-        if (FP4Q_INPUT_F32 && m < static_cast<u32>(rows) && j < groups) {
+        if (FP4Q_INPUT_F32 && m < rows && j < groups) {
             const float* p = reinterpret_cast<const float*>(x) + m * x_row_stride + static_cast<i64>(j) * SF_VEC;
             sf_byte = quantize_f32_group(p, tsf, dst);
-        } else if (m < static_cast<u32>(rows) && j < groups) {
+        } else if (m < rows && j < groups) {
             u32 in[load.READS][WORDS];
 #pragma unroll
             for (int r = 0; r < load.READS; ++r) {

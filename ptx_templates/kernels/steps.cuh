@@ -123,6 +123,6 @@ struct RoundToNearest {
 
     template <int WORDS, typename Combine = WholeGroups>
     FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> operator()(const u32 (&w)[WORDS], Combine combine = {}) const {
-        return quantize_run<SF_VEC, WORDS>(w, tsf.value, tsf.rcp, tsf.scales_in_range, combine);
+        return quantize_run<SF_VEC, WORDS>(w, tsf.value, tsf.rcp, combine);
     }
 };

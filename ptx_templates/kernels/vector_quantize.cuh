@@ -87,7 +87,7 @@ struct RowwiseStore {
                                 const QuantizedRun<SF_VEC, 4 * VEC_LOADS>& out) const {
         const int groups = cols / SF_VEC;
         if (live) {
-            u8* dst = q + static_cast<u64>(unit.row) * static_cast<u32>(cols / 2) + unit.col * (VEC_ELEMS / 2);
+            u8* dst = q + unit.row * (cols / 2) + unit.col * (VEC_ELEMS / 2);
             if constexpr (VEC_LOADS == 1) {
                 st_global_u32(dst, out.q[0]);
             } else if constexpr (VEC_LOADS == 2) {

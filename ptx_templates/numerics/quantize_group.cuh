@@ -131,7 +131,7 @@ struct WholeGroups {
 
 template <int SF_VEC, int WORDS, typename Combine = WholeGroups>
 FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], float tensor_sf, float rcp_tensor_sf,
-                                                     bool scales_in_range, Combine combine = {}) {
+                                                     Combine combine = {}) {
     using Run = QuantizedRun<SF_VEC, WORDS>;
     constexpr int GROUPS = Run::GROUPS;
     constexpr int GROUP_WORDS = WORDS / GROUPS;
@@ -171,7 +171,7 @@ FP4Q_DEVICE QuantizedRun<SF_VEC, WORDS> quantize_run(const u32 (&w)[WORDS], floa
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) inv[g] = inverse_scale<true>(d[g]);
     }
-    const bool inv_exact = SF_VEC != 16 || scales_in_range;
+    const bool inv_exact = SF_VEC != 16 || scales_invert_in_range(rcp_tensor_sf);
     float largest_inv = inv[0];
     float largest_scaled = mul_rn(amax[0], inv[0]);
 #pragma unroll

@@ -3,7 +3,6 @@
 // under FP4Q_TENSOR_SF_BY_POINTER. Read it only after pdl_wait():
 // the previous kernel in the stream may be the one that writes it.
 #pragma once
-#include "numerics/e4m3.cuh"
 #include "ptx/float_math.cuh"
 #include "ptx/global_memory.cuh"
 
@@ -15,19 +14,13 @@ FP4Q_DEVICE float launch_tensor_sf(float value, const float* ptr) {
     }
 }
 
-// The tensor scale, its reciprocal, and whether the NVFP4 scales it makes
-// invert by rcp_rn_normal (scales_invert_in_range): decided once per scale,
-// not once per run of groups.
+// The tensor scale and its reciprocal.
 struct TensorScale {
     float value;
     float rcp;
-    bool scales_in_range;
 };
 
-FP4Q_DEVICE TensorScale tensor_scale_of(float t) {
-    const float rcp = rcp_rn(t);
-    return {t, rcp, scales_invert_in_range(rcp)};
-}
+FP4Q_DEVICE TensorScale tensor_scale_of(float t) { return {t, rcp_rn(t)}; }
 
 FP4Q_DEVICE TensorScale tensor_scale(float value, const float* ptr) { return tensor_scale_of(launch_tensor_sf(value, ptr)); }
 

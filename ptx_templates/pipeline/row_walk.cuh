@@ -22,13 +22,8 @@ struct Divisor {
     FP4Q_DEVICE u32 quotient(u32 n) const { return static_cast<u32>((static_cast<u64>(n) * magic) >> shift); }
 };
 
-// The row is 32-bit: a walk ends below its last row (at most 2^31 + 127,
-// the scale domain's rows) plus row_step + 1, and row_step is at most the
-// grid's threads, a few waves of resident CTAs (spec.StrideGrid), far below
-// 2^31 - 128; its compares, its step and the products that address with it
-// then take one instruction each where a 64-bit row took two.
 struct RowWalk {
-    u32 row;
+    i64 row;
     int col;
     int per_row;
     u32 row_step;
