@@ -39,9 +39,9 @@ tests=(test_fp4_math.py test_api.py test_dequantize.py test_global_scale.py test
        test_pre_hopper.py test_silu_and_mul.py test_rms_norm.py test_per_row.py)
 step pytest "${PYTEST_LIMIT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 \
   "${tests[@]/#/tests/}"
-step tune "${TUNE_LIMIT:-150}" python3 -m scripts.bench.tune_triton --out "$logs/triton_tuned.json"
+step tune "${TUNE_LIMIT:-120}" python3 -m scripts.bench.tune_triton --out "$logs/triton_tuned.json"
 [ -f "$logs/triton_tuned.json" ] && cp "$logs/triton_tuned.json" "$root/scripts/bench/triton_tuned.json"
-step bench "${BENCH_LIMIT:-150}" python3 -m scripts.bench.bench \
+step bench "${BENCH_LIMIT:-120}" python3 -m scripts.bench.bench \
   --skip eager,compile,torchao,chain,graph,host,first-call,corner \
   --md "$logs/benchmarks.md" --out "$logs/bench.json" --png "$logs/benchmarks.png"
 exit $status
