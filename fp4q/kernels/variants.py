@@ -6,7 +6,8 @@ Each target ships these configs fitted to it (``fitted``): on sm_120f (100 KB
 of shared memory per SM) a config that does not fit runs fewer CTAs per SM,
 then fewer stages, and the tiles too large for two stages are left out. The
 pre-Hopper target (no TMA) ships only the SIMT quantizers, the row kernels, the SIMT
-dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
+dequantizer, the global-scale kernels, the one-launch dynamic quantizer and the fake
+quantization kernels.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_con
 from .rows import ROW_UNITS, RowConfig
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
+from .fake_quantize import FakeQuantizeConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from .rules import ConfigError
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
@@ -223,13 +225,33 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
     return out
 
 
+def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
+    """The fake quantization kernels for ``arch``, named ``fake_quantize[_2d][_sr][_rht][_4over6][_fp16]/
+    tensor_sf_mode``: every combination of the options the op allows (the Hadamard transform not
+    with 16x16 blocks) in every input dtype and tensor-scale mode."""
+    out = {}
+    for block_2d in (False, True):
+        for hadamard in (False,) if block_2d else (False, True):
+            for stochastic in (False, True):
+                for four_over_six in (False, True):
+                    for dtype in INPUT_DTYPES:
+                        name = ("fake_quantize" + "_2d" * block_2d + "_sr" * stochastic + "_rht" * hadamard
+                                + "_4over6" * four_over_six + ("_fp16" if dtype == "float16" else ""))
+                        for mode in TENSOR_SF_MODES["nvfp4"]:
+                            out[f"{name}/{mode}"] = FakeQuantizeConfig(
+                                block_2d=block_2d, stochastic=stochastic, hadamard=hadamard,
+                                four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode, arch=arch)
+    return out
+
+
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig]:
     """Every shipped config for ``arch``, duplicates dropped, each in every scale layout it
     writes and both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
     defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
     precompiled cache holds every kernel a call can pick; then the dequantization
-    variants and ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer)."""
+    variants, ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer) and
+    the fake quantization kernels."""
     target(arch)
     choosable = {**tuned_variants(arch), **default_variants(arch),
                  **{name: cfg.replace(arch=arch) for name, cfg in SIMT.items()}}
@@ -248,6 +270,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
     out.update(row_variants(arch))
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
+    out.update(fake_quantize_variants(arch))
     return out
 
 
@@ -256,7 +279,7 @@ OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_
        "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
        "add_rms_norm_quantize_mxfp4", "quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
        "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
-       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale")
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "fake_quantize_nvfp4")
 
 
 # The suffix of the public op's name per grouping of the row kernel's rows.
@@ -269,6 +292,8 @@ def op_of(cfg) -> str:
     those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
+    if isinstance(cfg, FakeQuantizeConfig):
+        return "fake_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
     segments = SEGMENT_OPS[cfg.segments] if isinstance(cfg, RowConfig) else ""
     name = f"{family}_{cfg.fmt}{segments}"

@@ -15,7 +15,7 @@ launched).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -164,6 +164,8 @@ class Array:
             return f"sf_{g.fmt}"
         if self.kind == "values":
             return g.options["dtype"]
+        if self.kind == "like_main":  # an output in the main input's dtype, bf16 bits as bits
+            return g.view.dtype
         return "q" if self.kind == "codes" else "scale"
 
     def extent(self, g: Geometry) -> Extent:
@@ -214,6 +216,9 @@ class Choice:
     def check(self, value) -> None:
         require_choice(value, self.name, self.choices)
 
+    def call_value(self, value) -> str:
+        return value
+
 
 @dataclass(frozen=True)
 class Number:
@@ -263,6 +268,59 @@ class Width:
         require_padded_k(value)
 
 
+@dataclass(frozen=True)
+class Flag:
+    """A keyword option that takes a bool, setting the kernel config's ``field`` (a
+    compile-time flag of the kernel)."""
+
+    name: str
+    field: str
+    default: bool = False
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{self.name} must be a bool, got {value!r} ({type(value).__name__})")
+
+    def call_value(self, value) -> bool:
+        return bool(value)
+
+
+U64_LIMIT = 1 << 64
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A keyword option that takes an int in ``[0, 2**bits)``, passed to the kernels as the
+    launch parameter of its name: a 64-bit one as ``i64`` (its two's complement bits, the
+    kernel reads them unsigned), a 16-bit one as ``u32``. ``optional``: ``None`` (the
+    default) is allowed too, leaves the launch value 0 and sets the config's ``field``
+    False (True for an int)."""
+
+    name: str
+    bits: int
+    default: int | None = 0
+    optional: bool = False
+    field: str | None = None
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if value is None and self.optional:
+            return
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            none = " or None" if self.optional else ""
+            raise TypeError(f"{self.name} must be an int{none}, got {value!r} ({type(value).__name__})")
+        if not 0 <= int(value) < 1 << self.bits:
+            raise ValueError(f"{self.name} must satisfy 0 <= {self.name} < 2**{self.bits}, got {value}")
+
+    def call_value(self, value) -> bool:
+        return value is not None
+
+    def launch_value(self, value) -> int:
+        v = 0 if value is None else int(value)
+        return v - U64_LIMIT if self.bits == 64 and v >= 1 << 63 else v
+
+
 class Kernels(Protocol):
     """The kernel choice of an op family."""
 
@@ -273,6 +331,10 @@ class Kernels(Protocol):
         """The launch of ``plan``'s kind of call for this tensor-scale ``mode`` and these
         pointers (only their low four bits may matter: the choice is kept per them)."""
 
+
+Option = Choice | Number | Width | Flag | Integer
+# Options passed to the kernels as launch parameters of their names.
+LAUNCHED = (Number, Integer)
 
 DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
 DYNAMIC_PER_ROW = ROW_TENSOR_SF_MODES[1]  # the launch mode of tensor_sf="dynamic_per_row"
@@ -297,13 +359,15 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice | Number | Width, ...] = ()
+    options: tuple[Option, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True
     # An input the function also takes as a keyword (default None) and, given one, runs
     # this other op, whose inputs end with it (RMSNorm's residual: add+RMSNorm).
     with_input: tuple[Array, "Op"] | None = None
+    # The op's rules across its options and the main input's geometry, after those on each.
+    rules: Callable[[Geometry], None] | None = None
     slots: tuple[tuple[str, str], ...] = field(init=False)
     dynamic_slots: tuple[tuple[str, str], ...] = field(init=False)
 
@@ -378,6 +442,8 @@ class Op:
                 raise ValueError(f"{self.main.name} must have at most {MAX_EXPERTS} batches (B) for {self.name}, got "
                                  f"{experts}")
         g = Geometry(view, self.fmt, k, values, out_k, experts, self.segments)
+        if self.rules is not None:
+            self.rules(g)
         if experts and 128 * g.sf_blocks > MAX_ROWS:
             raise ValueError(f"{self.main.name} has {view.rows} rows: with {experts} {self.segments} its scales would "
                              f"take {128 * g.sf_blocks} rows, at most {MAX_ROWS}")

@@ -41,7 +41,7 @@ ops = torch.ops.fp4q
 __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_and_mul_quantize_mxfp4",
            "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "quantize_nvfp4_experts",
            "silu_and_mul_quantize_nvfp4_experts", "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
-           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
+           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "fake_quantize_nvfp4",
            "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "scaled_fp4_experts_quant",
            "silu_and_mul_scaled_fp4_experts_quant", "schemas"]
 
@@ -140,3 +140,4 @@ quantize_nvfp4_experts = _FUNCTIONS["quantize_nvfp4_experts"]
 silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_experts"]
 quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
 silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
+fake_quantize_nvfp4 = _FUNCTIONS["fake_quantize_nvfp4"]

@@ -1,0 +1,200 @@
+"""fake_quantize_nvfp4: dequantize(quantize(x)) in x's dtype, in one kernel, with every option of
+the training quantizer (NVFP4_SPEC.md, "Fake quantization", "Combinations").
+
+On the GPU: byte for byte against fp4q.reference.fake_quantize_nvfp4 for every option and every
+combination the spec allows, both input dtypes, both tensor-scale modes, seeds and offsets past
+2**63, edge-case groups (NaN, Inf, zeros, subnormals, saturating scales), strided, 1-D and 3-D x,
+reused buffers, empty x. On any machine (the fakes): the rules and their messages, and the launch
+(the kernel's flags, the seed, offset and sign mask as launch values)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp4q
+from fp4q.kernels.fake_quantize import FakeQuantizeConfig
+from fp4q.numerics import reference
+
+import fakes
+from helpers import assert_bytes_equal, edge_groups, mixed_groups
+
+gpu = pytest.mark.gpu
+TE_MASK = reference.TE_WGRAD_SIGN_MASK
+# (block_2d, hadamard): every pair the spec allows
+LAYOUTS = [(False, None), (False, TE_MASK), (False, 0xFFFF), (True, None)]
+BIG_SEED, BIG_OFFSET = (1 << 64) - 3, (1 << 63) + 12345
+
+
+def input_of(m: int, k: int, rng, dtype=np.uint16) -> np.ndarray:
+    """Mixed groups (normal, edge families, tiny) with the edge rows first."""
+    x = mixed_groups((m, k), rng)
+    edges = edge_groups(k)
+    x[: min(m, len(edges))] = edges[: min(m, len(edges))]
+    if dtype == np.float16:
+        bits = x.astype(np.uint32) << 16
+        with np.errstate(over="ignore"):
+            return bits.view(np.float32).astype(np.float16)
+    return x
+
+
+def check(cp, x_host, tensor_sf, *, x=None, **options):
+    """The op on the device against the reference, byte for byte; returns the output."""
+    got = fp4q.fake_quantize_nvfp4(cp.asarray(x_host) if x is None else x, tensor_sf, **options)
+    options.pop("out", None)
+    scale = np.float32(tensor_sf.get() if hasattr(tensor_sf, "get") else tensor_sf)
+    want = reference.fake_quantize_nvfp4(x_host, scale, **options)
+    cp.cuda.get_current_stream().synchronize()
+    assert got.dtype == x_host.dtype and got.shape == x_host.shape
+    assert_bytes_equal(cp.asnumpy(got), want, f"fake_quantize_nvfp4 {options}")
+    return got
+
+
+@gpu
+@pytest.mark.parametrize("block_2d, hadamard", LAYOUTS)
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("four_over_six", [False, True])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float16])
+def test_every_combination_bit_exact(block_2d, hadamard, stochastic, four_over_six, dtype):
+    import cupy as cp
+
+    rng = np.random.default_rng(1)
+    x = input_of(64, 1024, rng, dtype)
+    tensor_sf = 1536 / 8.0 if four_over_six else 2688 / 8.0
+    options = dict(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic, four_over_six=four_over_six)
+    check(cp, x, tensor_sf, seed=BIG_SEED, offset=BIG_OFFSET, **options)
+    check(cp, x, cp.asarray(np.float32(0.37)), seed=7, offset=1, **options)  # a device scalar
+
+
+@gpu
+@pytest.mark.parametrize("m, k", [(16, 16), (32, 4096), (256, 272), (1024, 8192)])
+@pytest.mark.parametrize("block_2d", [False, True])
+def test_shapes(m, k, block_2d):
+    import cupy as cp
+
+    rng = np.random.default_rng(m + k)
+    check(cp, input_of(m, k, rng), 100.0, block_2d=block_2d, stochastic=True, four_over_six=True, seed=m, offset=k)
+
+
+@gpu
+def test_scales_across_the_e4m3_range():
+    import cupy as cp
+
+    rng = np.random.default_rng(2)
+    x = input_of(32, 512, rng)
+    for tensor_sf in (2.0**-126, 1e-20, 1.0, 448.0, 3e5, 2.0**100):
+        for block_2d, hadamard in LAYOUTS:
+            check(cp, x, tensor_sf, block_2d=block_2d, hadamard=hadamard, four_over_six=True)
+
+
+@gpu
+def test_offsets_draw_new_bits_and_seeds_repeat():
+    import cupy as cp
+
+    x = input_of(32, 256, np.random.default_rng(3))
+    a = check(cp, x, 50.0, stochastic=True, seed=1, offset=0)
+    b = check(cp, x, 50.0, stochastic=True, seed=1, offset=1)
+    c = check(cp, x, 50.0, stochastic=True, seed=1, offset=0)
+    assert (cp.asnumpy(a) != cp.asnumpy(b)).any() and (cp.asnumpy(a) == cp.asnumpy(c)).all()
+
+
+@gpu
+def test_strided_1d_3d_x_reused_buffers_and_empty():
+    import cupy as cp
+
+    rng = np.random.default_rng(4)
+    x_host = input_of(48, 256, rng)
+    wide = cp.zeros((48, 264), cp.uint16)
+    wide[:, :256] = cp.asarray(x_host)
+    check(cp, x_host, 3.0, x=wide[:, :256], stochastic=True, hadamard=TE_MASK)
+    check(cp, x_host, 3.0, x=wide[:, :256], block_2d=True)
+    check(cp, x_host[7], 3.0, four_over_six=True)
+    check(cp, x_host.reshape(3, 16, 256), 3.0, block_2d=True, stochastic=True)
+    out = cp.full((48, 256), 0xEEEE, cp.uint16)
+    got = check(cp, x_host, 3.0, out=out, four_over_six=True)
+    assert got is out
+    empty = fp4q.fake_quantize_nvfp4(cp.zeros((0, 64), cp.uint16), 1.0)
+    assert empty.shape == (0, 64) and empty.dtype == cp.uint16
+
+
+# ---------------------------------------------------------------- on any machine
+def test_rules(cp):
+    x = cp.asarray(np.zeros((24, 64), np.uint16))
+    with pytest.raises(ValueError, match=r"^block_2d=True needs M \(x's rows, leading dimensions flattened\) to be "
+                                         r"a multiple of 16, got M=24$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, block_2d=True)
+    x32 = cp.asarray(np.zeros((32, 64), np.uint16))
+    with pytest.raises(ValueError, match=r"^hadamard=55272 cannot be combined with block_2d=True: the transform "
+                                         r"mixes the values of a group along K, which 16x16 blocks do not follow$"):
+        fp4q.fake_quantize_nvfp4(x32, 1.0, block_2d=True, hadamard=TE_MASK)
+    with pytest.raises(ValueError, match=r"^hadamard must satisfy 0 <= hadamard < 2\*\*16, got 65536$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, hadamard=1 << 16)
+    with pytest.raises(TypeError, match=r"^hadamard must be an int or None, got 1.5 \(float\)$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, hadamard=1.5)
+    with pytest.raises(ValueError, match=r"^seed must satisfy 0 <= seed < 2\*\*64, got -1$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, stochastic=True, seed=-1)
+    with pytest.raises(ValueError, match=r"^offset must satisfy 0 <= offset < 2\*\*64, got 18446744073709551616$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, stochastic=True, offset=1 << 64)
+    with pytest.raises(TypeError, match=r"^seed must be an int, got True \(bool\)$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, seed=True)
+    with pytest.raises(TypeError, match=r"^stochastic must be a bool, got 1 \(int\)$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, stochastic=1)
+    with pytest.raises(ValueError, match=r"^tensor_sf must be a float or a device float32 scalar, got 'dynamic'$"):
+        fp4q.fake_quantize_nvfp4(x, "dynamic")
+    with pytest.raises(ValueError, match=r"^K \(the last dimension of x\) must be a multiple of 16 for "
+                                         r"fake_quantize_nvfp4, got 40$"):
+        fp4q.fake_quantize_nvfp4(cp.asarray(np.zeros((4, 40), np.uint16)), 1.0)
+    with pytest.raises(TypeError, match=r"^out must have dtype float16, got uint16$"):
+        fp4q.fake_quantize_nvfp4(cp.asarray(np.zeros((4, 64), np.float16)), 1.0, out=x[:4])
+    with pytest.raises(ValueError, match=r"^out must have shape \(24, 64\), got \(24, 32\)$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, out=cp.asarray(np.zeros((24, 32), np.uint16)))
+    with pytest.raises(TypeError, match=r"^config must be None or a FakeQuantizeConfig, got SimtConfig$"):
+        fp4q.fake_quantize_nvfp4(x, 1.0, config=fp4q.SimtConfig())
+    if fakes.active is not None:
+        assert fakes.active.launches == []
+
+
+def test_config_rules():
+    with pytest.raises(fp4q.ConfigError, match=r"^fake quantization is NVFP4's, got fmt='mxfp4'$"):
+        FakeQuantizeConfig(fmt="mxfp4")
+    with pytest.raises(fp4q.ConfigError, match=r"^threads must be 128 or 256, got 64$"):
+        FakeQuantizeConfig(threads=64)
+    with pytest.raises(fp4q.ConfigError, match=r"^stochastic must be a bool, got 1$"):
+        FakeQuantizeConfig(stochastic=1)
+
+
+FLAGS = ("FP4Q_BLOCK_2D", "FP4Q_STOCHASTIC", "FP4Q_HADAMARD", "FP4Q_FOUR_OVER_SIX")
+
+
+@pytest.mark.parametrize("block_2d, hadamard", LAYOUTS)
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("four_over_six", [False, True])
+def test_the_launch(cp, block_2d, hadamard, stochastic, four_over_six):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = cp.asarray(np.zeros((64, 256), np.uint16))
+    y = fp4q.fake_quantize_nvfp4(x, 2.0, block_2d=block_2d, hadamard=hadamard, stochastic=stochastic,
+                                 seed=BIG_SEED, offset=BIG_OFFSET, four_over_six=four_over_six)
+    assert y.shape == (64, 256) and y.dtype == np.uint16
+    launch = fakes.active.launches[-1]
+    flags = dict(launch["spec"].flags)
+    assert [flags[f] for f in FLAGS] == [block_2d, stochastic, hadamard is not None, four_over_six]
+    args = launch["args"]
+    # the 64-bit values' two's complement bits, as the kernel's i64 parameters hold them
+    assert args["seed"] == BIG_SEED - (1 << 64) and args["offset"] == BIG_OFFSET - (1 << 64)
+    assert args["hadamard"] == (hadamard or 0) and args["tensor_sf_value"] == 2.0
+    assert (args["rows"], args["cols"], args["x_row_stride"], args["x"], args["out"]) == (
+        64, 256, 256, x.data.ptr, y.data.ptr)
+
+
+def test_fp16_output_and_the_device_scale(cp):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = cp.asarray(np.zeros((2, 3, 32), np.float16))
+    scale = cp.asarray(np.ones((), np.float32))
+    y = fp4q.fake_quantize_nvfp4(x, scale)
+    assert y.shape == (2, 3, 32) and y.dtype == np.float16
+    launch = fakes.active.launches[-1]
+    flags = dict(launch["spec"].flags)
+    assert flags["FP4Q_INPUT_FP16"] and flags["FP4Q_TENSOR_SF_BY_POINTER"]
+    assert launch["args"]["tensor_sf_ptr"] == scale.data.ptr
