@@ -198,3 +198,198 @@ def test_fp16_output_and_the_device_scale(cp):
     flags = dict(launch["spec"].flags)
     assert flags["FP4Q_INPUT_FP16"] and flags["FP4Q_TENSOR_SF_BY_POINTER"]
     assert launch["args"]["tensor_sf_ptr"] == scale.data.ptr
+
+
+# ---------------------------------------------------------------- torch: the straight-through gradient
+def _torch():
+    return pytest.importorskip("torch", exc_type=ModuleNotFoundError)
+
+
+def host_bits(t) -> np.ndarray:
+    """A CPU or CUDA bf16 / fp16 tensor's values as the reference takes them (bf16 bits as uint16)."""
+    torch = _torch()
+    t = t.detach().cpu()
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def reference_forward(x, tensor_sf, **options):
+    """fp4q.torch.fake_quantize_nvfp4 computed by the reference on the host (the fake forward)."""
+    torch = _torch()
+    scale = float(tensor_sf) if not isinstance(tensor_sf, torch.Tensor) else float(tensor_sf.item())
+    y = reference.fake_quantize_nvfp4(host_bits(x), np.float32(scale), **options)
+    out = torch.from_numpy(y.view(np.int16)).view(torch.bfloat16) if x.dtype == torch.bfloat16 else torch.from_numpy(y)
+    return out.to(x.device)
+
+
+def saturating_input(torch, block_2d: bool):
+    """bf16 (32, 64): normal values, and in group (0, 1) (block (0, 1) with block_2d) one value so large
+    that with tensor_sf=1 the scale saturates at 448 and values above 6 * 448 clip."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((32, 64)).astype(np.float32) * 50
+    x[0, 16:32] = np.linspace(-4000, 4000, 16)
+    x[0, 20] = 20000.0
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+
+
+def clipped_by_scale(x_bits: np.ndarray, block_2d: bool) -> np.ndarray:
+    """Where |x| > 6 d, d the element's group's multiplier from the reference's scale bytes
+    (tensor_sf = 1, so d is the e4m3 value and 6 d is exact in bf16)."""
+    q = reference.quantize_nvfp4_training(x_bits, np.float32(1), columnwise=False, block_2d=block_2d,
+                                          sf_layout="linear")
+    d = reference.e4m3_decode(q.sf).astype(np.float32)
+    xf = np.abs((x_bits.astype(np.uint32) << 16).view(np.float32))
+    return xf > 6 * np.repeat(d, 16, axis=-1)
+
+
+@pytest.mark.parametrize("block_2d", [False, True])
+@pytest.mark.parametrize("mask_saturated", [False, True])
+def test_ste_gradient_on_the_host_with_the_reference_forward(monkeypatch, block_2d, mask_saturated):
+    torch = _torch()
+    import fp4q.torch as ft
+
+    monkeypatch.setattr(ft, "fake_quantize_nvfp4", reference_forward)
+    x = saturating_input(torch, block_2d).requires_grad_()
+    y = ft.fake_quantize_nvfp4_ste(x, 1.0, block_2d=block_2d, mask_saturated=mask_saturated)
+    assert_bytes_equal(host_bits(y), reference.fake_quantize_nvfp4(host_bits(x), np.float32(1), block_2d=block_2d),
+                       "forward")
+    grad = torch.arange(x.numel(), dtype=torch.float32).reshape(x.shape).to(torch.bfloat16) + 1
+    y.backward(grad)
+    clipped = clipped_by_scale(host_bits(x), block_2d)
+    # the values above 6 * 448 clip, the others in their group do not; elsewhere a group's largest value
+    # clips where its scale byte rounded down
+    assert clipped[0, 20] and 6 <= clipped[0, 16:32].sum() < 16 and 0 < clipped.sum() < clipped.size // 16
+    want = grad.clone()
+    if mask_saturated:
+        want[torch.from_numpy(clipped)] = 0
+    assert torch.equal(x.grad, want)
+
+
+def test_ste_mask_is_the_groups_largest_output():
+    torch = _torch()
+    from fp4q.torch.qat import saturated
+
+    x = torch.tensor([[1.0] * 15 + [5.0]] * 16, dtype=torch.bfloat16)
+    y = torch.tensor([[1.0] * 15 + [4.0]] * 16, dtype=torch.bfloat16)
+    assert saturated(x, y, False)[:, 15].all() and saturated(x, y, False).sum() == 16
+    y[3, 0] = 6.0  # a larger output elsewhere in the 16x16 block: nothing clipped there
+    assert saturated(x, y, True).sum() == 0
+    assert saturated(x, y, False).sum() == 15
+    x[5, 2] = float("nan")
+    assert not saturated(x, y, False)[5, 2]
+
+
+def test_ste_rules():
+    torch = _torch()
+    import fp4q.torch as ft
+
+    x = torch.zeros((16, 64), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^mask_saturated=True cannot be combined with hadamard=55272: the "
+                                         r"transform mixes the values of a group, so no input value saturates on "
+                                         r"its own$"):
+        ft.fake_quantize_nvfp4_ste(x, 1.0, hadamard=TE_MASK, mask_saturated=True)
+    with pytest.raises(TypeError, match=r"^mask_saturated must be a bool, got 1 \(int\)$"):
+        ft.fake_quantize_nvfp4_ste(x, 1.0, mask_saturated=1)
+    with pytest.raises(TypeError, match=r"^x must be a bfloat16 or float16 tensor \(its gradient flows back\), "
+                                        r"got torch.int16$"):
+        ft.fake_quantize_nvfp4_ste(x.view(torch.int16), 1.0)
+
+
+def above_group_outputs(x_bits: np.ndarray, y_bits: np.ndarray, block_2d: bool) -> np.ndarray:
+    """Where |x| is larger than every |y| of its scale group (bf16 bits, (M, K))."""
+    ax = np.abs((x_bits.astype(np.uint32) << 16).view(np.float32))
+    ay = np.abs((y_bits.astype(np.uint32) << 16).view(np.float32))
+    m, k = ay.shape
+    if block_2d:
+        top = np.fmax.reduce(ay.reshape(m // 16, 16, k // 16, 16), axis=(1, 3), initial=np.float32(0))
+        top = np.repeat(np.repeat(top, 16, axis=0), 16, axis=1)
+    else:
+        top = np.repeat(np.fmax.reduce(ay.reshape(m, k // 16, 16), axis=-1, initial=np.float32(0)), 16, axis=1)
+    return ax > top
+
+
+@gpu
+@pytest.mark.parametrize("block_2d, hadamard", LAYOUTS)
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("four_over_six", [False, True])
+@pytest.mark.parametrize("mask_saturated", [False, True])
+def test_ste_on_the_device(block_2d, hadamard, stochastic, four_over_six, mask_saturated):
+    torch = _torch()
+    import fp4q.torch as ft
+
+    if mask_saturated and hadamard is not None:
+        pytest.skip("refused (test_ste_rules)")
+    x = saturating_input(torch, block_2d).cuda().requires_grad_()
+    options = dict(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic, seed=5, offset=6,
+                   four_over_six=four_over_six)
+    y = ft.fake_quantize_nvfp4_ste(x, 1.0, mask_saturated=mask_saturated, **options)
+    want_y = reference.fake_quantize_nvfp4(host_bits(x), np.float32(1), **options)
+    assert_bytes_equal(host_bits(y), want_y, "forward")
+    grad = torch.full_like(y, 3.0)
+    y.backward(grad)
+    want = grad.clone()
+    if mask_saturated:
+        masked = above_group_outputs(host_bits(x), want_y, block_2d)
+        if not (stochastic or four_over_six):  # then exactly the e2m1 clamp, |x| > 6 d
+            np.testing.assert_array_equal(masked, clipped_by_scale(host_bits(x), block_2d))
+        want[torch.from_numpy(masked).cuda()] = 0
+    assert torch.equal(x.grad, want)
+
+
+def qat_step(x, w, t):
+    """A QAT layer's forward and backward: the weight in 16x16 blocks, the input in groups."""
+    import fp4q.torch as ft
+
+    xq = ft.fake_quantize_nvfp4_ste(x, t, four_over_six=True)
+    wq = ft.fake_quantize_nvfp4_ste(w, t, block_2d=True, mask_saturated=True)
+    loss = (xq @ wq.t()).float().square().mean()
+    loss.backward()
+    return loss
+
+
+@gpu
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_ste_compiles_fullgraph_with_its_backward(backend):
+    torch = _torch()
+
+    rng = np.random.default_rng(9)
+    make = lambda shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(torch.bfloat16).cuda()  # noqa: E731
+    x, w = make((64, 256)), make((128, 256))
+    t = torch.tensor(100.0, device="cuda")
+    grads = []
+    for run in (qat_step, torch.compile(qat_step, backend=backend, fullgraph=True)):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        run(xs, ws, t)
+        grads.append((xs.grad, ws.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+@gpu
+def test_cuda_graph_capture_and_replay():
+    torch = _torch()
+    import fp4q.torch as ft
+
+    a = input_of(64, 512, np.random.default_rng(10))
+    b = input_of(64, 512, np.random.default_rng(11))
+    x = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
+    t = torch.tensor(30.0, device="cuda")
+
+    def body():
+        return (ft.fake_quantize_nvfp4(x, 0.5, stochastic=True, seed=1, offset=2, hadamard=TE_MASK),
+                ft.fake_quantize_nvfp4(x, t, block_2d=True, four_over_six=True))
+
+    for _ in range(2):  # compile, load and plan outside the capture
+        body()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = body()
+    for bits, scale in ((b, 7.0), (a, 30.0)):
+        x.copy_(torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).cuda())
+        t.fill_(scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = (reference.fake_quantize_nvfp4(bits, np.float32(0.5), stochastic=True, seed=1, offset=2, hadamard=TE_MASK),
+                reference.fake_quantize_nvfp4(bits, np.float32(scale), block_2d=True, four_over_six=True))
+        for got, w in zip(outs, want):
+            assert_bytes_equal(host_bits(got), w, "replay")
