@@ -2,7 +2,8 @@
 the training quantizer (NVFP4_SPEC.md, "Fake quantization", "Combinations").
 
 On the GPU: byte for byte against fp4q.reference.fake_quantize_nvfp4 for every option and every
-combination the spec allows, both input dtypes, both tensor-scale modes, seeds and offsets past
+combination the spec allows, both input dtypes, every tensor-scale mode ("dynamic" too, its scale
+that of the transformed values and 1536 / amax under 4/6), seeds and offsets past
 2**63, edge-case groups (NaN, Inf, zeros, subnormals, saturating scales), strided, 1-D and 3-D x,
 reused buffers, empty x. On any machine (the fakes): the rules and their messages, and the launch
 (the kernel's flags, the seed, offset and sign mask as launch values)."""
@@ -15,6 +16,7 @@ import pytest
 import fp4q
 from fp4q.kernels.fake_quantize import FakeQuantizeConfig
 from fp4q.numerics import reference
+from fp4q.numerics.training import dynamic_tensor_sf
 
 import fakes
 from helpers import assert_bytes_equal, edge_groups, mixed_groups
@@ -64,6 +66,38 @@ def test_every_combination_bit_exact(block_2d, hadamard, stochastic, four_over_s
     options = dict(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic, four_over_six=four_over_six)
     check(cp, x, tensor_sf, seed=BIG_SEED, offset=BIG_OFFSET, **options)
     check(cp, x, cp.asarray(np.float32(0.37)), seed=7, offset=1, **options)  # a device scalar
+
+
+@gpu
+@pytest.mark.parametrize("block_2d, hadamard", LAYOUTS)
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("four_over_six", [False, True])
+@pytest.mark.parametrize("m, k", [(64, 1024), (2048, 4096)])
+def test_dynamic_scale_bit_exact(block_2d, hadamard, stochastic, four_over_six, m, k):
+    import cupy as cp
+
+    x = input_of(m, k, np.random.default_rng(m))
+    x[-1, -16:] = 0x7FC0  # a NaN group: the amax ignores it
+    options = dict(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic, four_over_six=four_over_six, seed=3,
+                   offset=4)
+    y, scale = fp4q.fake_quantize_nvfp4(cp.asarray(x), "dynamic", **options)
+    values = (x.astype(np.uint32) << 16).view(np.float32)
+    if hadamard is not None:
+        values = reference.hadamard16(values, hadamard)
+    want_scale = dynamic_tensor_sf(values, four_over_six)
+    assert scale.shape == () and scale.dtype == np.float32 and scale.get() == want_scale
+    assert_bytes_equal(cp.asnumpy(y), reference.fake_quantize_nvfp4(x, "dynamic", **options), "dynamic")
+    assert_bytes_equal(cp.asnumpy(y), reference.fake_quantize_nvfp4(x, want_scale, **options), "with its scale")
+
+
+@gpu
+def test_dynamic_scale_of_zeros_and_empty_input():
+    import cupy as cp
+
+    y, scale = fp4q.fake_quantize_nvfp4(cp.zeros((16, 64), cp.uint16), "dynamic", four_over_six=True)
+    assert scale.get() == 1.0 and not cp.asnumpy(y).any()
+    y, scale = fp4q.fake_quantize_nvfp4(cp.zeros((0, 64), cp.uint16), "dynamic")
+    assert y.shape == (0, 64) and scale.get() == 1.0
 
 
 @gpu
@@ -139,8 +173,9 @@ def test_rules(cp):
         fp4q.fake_quantize_nvfp4(x, 1.0, seed=True)
     with pytest.raises(TypeError, match=r"^stochastic must be a bool, got 1 \(int\)$"):
         fp4q.fake_quantize_nvfp4(x, 1.0, stochastic=1)
-    with pytest.raises(ValueError, match=r"^tensor_sf must be a float or a device float32 scalar, got 'dynamic'$"):
-        fp4q.fake_quantize_nvfp4(x, "dynamic")
+    with pytest.raises(ValueError, match=r"^tensor_sf must be a float, a device float32 scalar or 'dynamic', got "
+                                         r"'dynamic_per_row'$"):
+        fp4q.fake_quantize_nvfp4(x, "dynamic_per_row")
     with pytest.raises(ValueError, match=r"^K \(the last dimension of x\) must be a multiple of 16 for "
                                          r"fake_quantize_nvfp4, got 40$"):
         fp4q.fake_quantize_nvfp4(cp.asarray(np.zeros((4, 40), np.uint16)), 1.0)
@@ -185,6 +220,30 @@ def test_the_launch(cp, block_2d, hadamard, stochastic, four_over_six):
     assert args["hadamard"] == (hadamard or 0) and args["tensor_sf_value"] == 2.0
     assert (args["rows"], args["cols"], args["x_row_stride"], args["x"], args["out"]) == (
         64, 256, 256, x.data.ptr, y.data.ptr)
+
+
+@pytest.mark.parametrize("hadamard", [None, TE_MASK])
+@pytest.mark.parametrize("four_over_six", [False, True])
+def test_the_dynamic_passes(cp, hadamard, four_over_six):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launches")
+    x = cp.asarray(np.zeros((64, 256), np.uint16))
+    y, scale = fp4q.fake_quantize_nvfp4(x, "dynamic", hadamard=hadamard, four_over_six=four_over_six, seed=9)
+    assert y.shape == (64, 256) and scale.shape == ()
+    amax, scale_pass, fake = fakes.active.launches[-3:]
+    flags = dict(amax["spec"].flags)
+    assert flags["FP4Q_AMAX_PASS"] and flags["FP4Q_HADAMARD"] == (hadamard is not None)
+    assert not (flags["FP4Q_FOUR_OVER_SIX"] or flags["FP4Q_STOCHASTIC"] or flags["FP4Q_BLOCK_2D"])
+    assert amax["args"]["x"] == x.data.ptr and amax["args"]["hadamard"] == (hadamard or 0)
+    partial = amax["args"]["partial"]
+    assert partial == scale.data.ptr + 4 and scale_pass["args"]["partial"] == partial
+    assert scale_pass["args"]["count"] == amax["grid"][0] and scale_pass["grid"] == (1, 1, 1)
+    assert dict(scale_pass["spec"].flags)["FP4Q_FOUR_OVER_SIX"] == four_over_six
+    assert scale_pass["args"]["scale"] == scale.data.ptr
+    flags = dict(fake["spec"].flags)
+    assert flags["FP4Q_TENSOR_SF_BY_POINTER"] and not flags["FP4Q_AMAX_PASS"]
+    assert flags["FP4Q_FOUR_OVER_SIX"] == four_over_six and flags["FP4Q_HADAMARD"] == (hadamard is not None)
+    assert (fake["args"]["tensor_sf_ptr"], fake["args"]["out"], fake["args"]["seed"]) == (scale.data.ptr, y.data.ptr, 9)
 
 
 def test_fp16_output_and_the_device_scale(cp):

@@ -75,7 +75,8 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
                                                     "quantize_nvfp4_batched_masked",
                                                     "silu_and_mul_quantize_nvfp4_batched_masked")
                for out in ("", "_out")],
-             *[(f"fake_quantize_nvfp4{out}", overload) for out in ("", "_out") for overload in ("Tensor", "default")]]
+             *[(f"fake_quantize_nvfp4{out}", overload) for out in ("", "_out") for overload in ("Tensor", "default")],
+             ("fake_quantize_nvfp4_dynamic", "default"), ("fake_quantize_nvfp4_dynamic_out", "default")]
 
 
 def test_schemas():
@@ -93,8 +94,8 @@ def test_schemas():
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
-        if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned third
-            assert not scale and len(schema.returns) == 3, schema
+        if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned last
+            assert not scale and len(schema.returns) == (2 if name.startswith("fake_") else 3), schema
         elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
@@ -367,6 +368,8 @@ def _fake_quantize_ops(x, t):
            ft.fake_quantize_nvfp4(x, 2.0, four_over_six=True)]
     out += [ft.fake_quantize_nvfp4(x, t, out=torch.empty_like(x)),
             ft.fake_quantize_nvfp4(x, 0.5, stochastic=True, out=torch.empty_like(x))]
+    out += ft.fake_quantize_nvfp4(x, "dynamic", hadamard=0xD7E8)
+    out += ft.fake_quantize_nvfp4(x, "dynamic", four_over_six=True, out=torch.empty_like(x))
     return out
 
 
@@ -602,6 +605,8 @@ def _opcheck_samples():
         (ops.fake_quantize_nvfp4.Tensor, (x, t, False, False, 0, 0, None, True)),
         (ops.fake_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(x))),
         (ops.fake_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(x), False, True, 1, 2)),
+        (ops.fake_quantize_nvfp4_dynamic.default, (x, False, True, 1, 2, 0xD7E8, True)),
+        (ops.fake_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(x))),
     ]
 
 

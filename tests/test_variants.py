@@ -261,3 +261,8 @@ def test_every_fake_quantize_call_is_shipped(arch):
                                                  four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode,
                                                  arch=arch)
                         assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+        for dtype in ("bfloat16", "float16"):  # the amax pass of "dynamic"
+            cfg = FakeQuantizeConfig(amax_pass=True, hadamard=block_2d, input_dtype=dtype, arch=arch)
+            assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+    for four_over_six in (False, True):  # the scale pass of "dynamic"
+        assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped

@@ -17,7 +17,7 @@ from .walk import UNIT_DIVISOR_PARAMS
 FAKE_QUANTIZE_PARAMS = (*params(("x", "ptr"), ("out", "ptr"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
                                 ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("seed", "i64"),
                                 ("offset", "i64"), ("hadamard", "u32")),
-                        *UNIT_DIVISOR_PARAMS)
+                        *UNIT_DIVISOR_PARAMS, *params(("partial", "ptr")))
 FAKE_QUANTIZE_WAVES = 4  # grid-stride CTAs per SM slot
 # The options that are compile-time flags: (config field, template flag).
 OPTION_FLAGS = (("block_2d", "FP4Q_BLOCK_2D"), ("stochastic", "FP4Q_STOCHASTIC"), ("hadamard", "FP4Q_HADAMARD"),
@@ -27,19 +27,26 @@ OPTION_FLAGS = (("block_2d", "FP4Q_BLOCK_2D"), ("stochastic", "FP4Q_STOCHASTIC")
 @dataclass(frozen=True)
 class FakeQuantizeConfig(CallFields):
     """One fake quantization kernel: ``threads`` per CTA, and the options it compiles in
-    (set from each call, as the call's fields are)."""
+    (set from each call, as the call's fields are). ``amax_pass``: the first pass of
+    ``tensor_sf="dynamic"`` instead, each CTA's maximum of the values it would quantize
+    (post-Hadamard) written to ``partial``, over groups of 16 (2D blocks and 4/6 change the
+    scales, not the values)."""
 
     threads: int = 256
     block_2d: bool = False
     stochastic: bool = False
     hadamard: bool = False
     four_over_six: bool = False
+    amax_pass: bool = False
 
     def check(self) -> None:
         check_choice("threads", self.threads, (128, 256))
         for name, _ in OPTION_FLAGS:
             check_bool(name, getattr(self, name))
+        check_bool("amax_pass", self.amax_pass)
         require(self.fmt == "nvfp4", f"fake quantization is NVFP4's, got fmt={self.fmt!r}")
+        require(not self.amax_pass or not (self.block_2d or self.stochastic or self.four_over_six),
+                "the amax pass reads the values only: block_2d, stochastic and four_over_six must be False")
 
     def units_per_row(self, cols: int) -> int:
         """The walk's divisor: the groups of a row (a block row's blocks with ``block_2d``)."""
@@ -48,6 +55,6 @@ class FakeQuantizeConfig(CallFields):
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         flags = (*self.input_flags, ("FP4Q_TENSOR_SF_BY_POINTER", self.tensor_sf_mode == "pointer"),
-                 *((flag, getattr(self, name)) for name, flag in OPTION_FLAGS))
+                 *((flag, getattr(self, name)) for name, flag in OPTION_FLAGS), ("FP4Q_AMAX_PASS", self.amax_pass))
         return simt_spec("fake_quantize_nvfp4", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          FAKE_QUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, FAKE_QUANTIZE_WAVES))

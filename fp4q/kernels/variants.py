@@ -101,6 +101,7 @@ GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
        AmaxConfig(vector_loads=vector, input_dtype=dtype, prologue=prologue)
        for prologue in ELEMENTWISE_PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
     "global_scale_256": GlobalScaleConfig(),
+    "global_scale_256_4over6": GlobalScaleConfig(four_over_six=True),
     **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}{'' if prologue == 'none' else '_' + prologue}":
        FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype, prologue=prologue)
        for prologue in ELEMENTWISE_PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
@@ -228,7 +229,8 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
 def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
     """The fake quantization kernels for ``arch``, named ``fake_quantize[_2d][_sr][_rht][_4over6][_fp16]/
     tensor_sf_mode``: every combination of the options the op allows (the Hadamard transform not
-    with 16x16 blocks) in every input dtype and tensor-scale mode."""
+    with 16x16 blocks) in every input dtype and tensor-scale mode; and the amax passes of
+    ``"dynamic"``, ``fake_quantize_amax[_rht][_fp16]``."""
     out = {}
     for block_2d in (False, True):
         for hadamard in (False,) if block_2d else (False, True):
@@ -241,6 +243,10 @@ def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
                             out[f"{name}/{mode}"] = FakeQuantizeConfig(
                                 block_2d=block_2d, stochastic=stochastic, hadamard=hadamard,
                                 four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode, arch=arch)
+    for hadamard in (False, True):
+        for dtype in INPUT_DTYPES:
+            name = "fake_quantize_amax" + "_rht" * hadamard + ("_fp16" if dtype == "float16" else "")
+            out[name] = FakeQuantizeConfig(amax_pass=True, hadamard=hadamard, input_dtype=dtype, arch=arch)
     return out
 
 
@@ -289,7 +295,10 @@ SEGMENT_OPS = {"none": "", "experts": "_experts", "batches": "_batched"}
 def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
     dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
-    those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
+    those with the SiLU·mul prologue the fused op's ``"dynamic"``, the 4/6 scale pass
+    ``fake_quantize_nvfp4``'s."""
+    if isinstance(cfg, GlobalScaleConfig) and cfg.four_over_six:
+        return "fake_quantize_nvfp4"
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
     if isinstance(cfg, FakeQuantizeConfig):

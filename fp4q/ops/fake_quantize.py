@@ -7,33 +7,83 @@ from __future__ import annotations
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.fake_quantize import FakeQuantizeConfig
+from ..kernels.global_scale import GlobalScaleConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
-from .declare import Array, Flag, Geometry, Integer, Op, TensorScale
+from .declare import DYNAMIC, Array, Flag, Geometry, Integer, Op, TensorScale
 from .global_scale import X
 from .plans import NO_LAUNCH, KernelLaunch
 
 GROUP = 16
 
 
+def _launch(cfg: FakeQuantizeConfig, plan, dev, slots) -> KernelLaunch:
+    kernel = get_kernel(cfg.spec, dev.ordinal)
+    per_row = cfg.units_per_row(plan.geometry.k)
+    units = plan.view.rows // (GROUP if cfg.block_2d else 1) * per_row
+    grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
+    # What a pass does not take is 0: the partial maxima, or the output and scale of the amax pass.
+    fixed = {"partial": 0, "out": 0, "tensor_sf_value": 0.0, "tensor_sf_ptr": 0, **plan.fixed,
+             **dict(unit_divisor(per_row))}
+    return KernelLaunch(cfg, kernel, grid, slots, fixed)
+
+
+class DynamicPasses:
+    """``tensor_sf="dynamic"``: the amax pass (the values the kernel quantizes, post-Hadamard),
+    the scale pass (``global_scale``'s, 1536 / amax under 4/6) and the fake quantization
+    reading the scale from the device; the partial maxima right after the scale."""
+
+    __slots__ = ("amax", "scale", "quantize", "workspace", "config")
+
+    def __init__(self, plan, config, dev) -> None:
+        call = dict(plan.call, arch=dev.arch)
+        self.amax = self.quantize = None
+        self.workspace = 0
+        if not plan.empty:
+            amax_cfg = FakeQuantizeConfig(amax_pass=True, hadamard=call["hadamard"],
+                                          input_dtype=call["input_dtype"], arch=dev.arch)
+            self.amax = _launch(amax_cfg, plan, dev, (("x", "ptr"), ("partial", "ptr")))
+            self.workspace = self.amax.grid
+            cfg = FakeQuantizeConfig(**call, tensor_sf_mode="pointer") if config is None else config.replace(
+                **call, tensor_sf_mode="pointer")
+            self.quantize = _launch(cfg, plan, dev, plan.op.slots)
+        scale_cfg = GlobalScaleConfig(four_over_six=call["four_over_six"], arch=dev.arch)
+        self.scale = KernelLaunch(scale_cfg, get_kernel(scale_cfg.spec, dev.ordinal), 1,
+                                  (("partial", "ptr"), ("scale", "ptr")), {"count": self.workspace})
+        self.config = None if self.quantize is None else self.quantize.config
+
+    def on(self, stream: int) -> tuple["DynamicPasses", None]:
+        """The launch a call on ``stream`` takes, and its tile counter: these passes, none."""
+        return self, None
+
+    def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
+        """``values``: the op's dynamic slots (x, out, tensor_sf_value, tensor_sf_ptr, tensor_sf_out)."""
+        x, out, scale = values[0], values[1], values[-1]
+        partial = scale + 4
+        if self.amax is not None:
+            self.amax(stream, pdl, (x, partial))
+        self.scale(stream, pdl, (partial, scale))
+        if self.quantize is not None:
+            self.quantize(stream, pdl, (x, out, 0.0, scale))
+
+
 class FakeQuantizeKernels:
-    """The fake quantization kernel: a thread per group, or per 16x16 block."""
+    """The fake quantization kernel: a thread per group, or per 16x16 block; for
+    ``tensor_sf="dynamic"`` after its amax pass and the scale pass."""
 
     def check_config(self, op: Op, config) -> None:
         if not isinstance(config, FakeQuantizeConfig):
             raise TypeError(f"config must be None or a FakeQuantizeConfig, got {type(config).__name__}")
 
     def resolve(self, plan, mode: str, pointers: list[int], config):
+        dev = driver.device(plan.view.device)
+        if mode is DYNAMIC:
+            return DynamicPasses(plan, config, dev)
         if plan.empty:
             return NO_LAUNCH
-        dev = driver.device(plan.view.device)
         call = dict(plan.call, tensor_sf_mode=mode, arch=dev.arch)
         cfg = FakeQuantizeConfig(**call) if config is None else config.replace(**call)
-        kernel = get_kernel(cfg.spec, dev.ordinal)
-        per_row = cfg.units_per_row(plan.geometry.k)
-        units = plan.view.rows // (GROUP if cfg.block_2d else 1) * per_row
-        grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
-        return KernelLaunch(cfg, kernel, grid, plan.op.slots, {**plan.fixed, **dict(unit_divisor(per_row))})
+        return _launch(cfg, plan, dev, plan.op.slots)
 
 
 def check_combination(g: Geometry) -> None:
@@ -63,8 +113,10 @@ transformed back after, to simulate the columnwise operand of ``x.T``; not with
 4 where that loses less.""",
     fmt="nvfp4",
     main=X,
-    tensor_scale=TensorScale(doc="``448 * 6 / amax`` (``256 * 6 / amax`` under 4/6, post-Hadamard under "
-                                 "``hadamard``): a float or a device float32 scalar"),
+    tensor_scale=TensorScale(dynamic=True,
+                             doc="``448 * 6 / amax`` (``256 * 6 / amax`` under 4/6, ``amax`` of the transformed "
+                                 "values under ``hadamard``): a float, a device float32 scalar or ``\"dynamic\"`` "
+                                 "(computed on the device so, and returned after ``out``)"),
     options=(Flag("block_2d", "block_2d", doc="one scale per 16x16 block of ``x`` (M a multiple of 16)"),
              Flag("stochastic", "stochastic", doc="round stochastically (Philox4x32-10 of ``seed``, ``offset``)"),
              Integer("seed", 64, doc="the stochastic rounding's key, ``0 <= seed < 2**64``"),

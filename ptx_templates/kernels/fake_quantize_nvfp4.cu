@@ -8,8 +8,12 @@
 // stochastic rounding with the group's rowwise Philox words), dequantize,
 // inverse transform, store. A block is read once per pass (amax, the 4/6
 // errors, the codes) rather than held: 256 values would not fit registers.
+// FP4Q_AMAX_PASS: the first pass of tensor_sf="dynamic" instead, the steps up
+// to the amax (post-Hadamard), each CTA's maximum written to partial[blockIdx.x]
+// for the scale pass (kernels/global_scale.cu).
 #include "numerics/e2m1.cuh"
 #include "numerics/four_over_six.cuh"
+#include "numerics/global_scale.cuh"
 #include "numerics/hadamard.cuh"
 #include "numerics/input.cuh"
 #include "numerics/philox.cuh"
@@ -82,11 +86,23 @@ FP4Q_DEVICE ScaleCandidate unit_scale(const u16* x, i64 x_row_stride, float amax
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_fake_quantize_nvfp4(const u16* __restrict__ x, u16* __restrict__ out, float tensor_sf_value,
                          const float* __restrict__ tensor_sf_ptr, i64 x_row_stride, i32 rows, i32 cols, i64 seed,
-                         i64 offset, u32 hadamard, u32 unit_magic, u32 unit_shift) {
+                         i64 offset, u32 hadamard, u32 unit_magic, u32 unit_shift, float* __restrict__ partial) {
     // unit_magic and unit_shift divide by the groups per row (FakeQuantizeConfig.units_per_row).
     RowWalk unit(grid_thread(), grid_threads(), Divisor{static_cast<u32>(cols / 16), unit_magic, unit_shift});
     pdl_wait();
     pdl_launch_dependents();
+    if constexpr (FP4Q_AMAX_PASS) {
+        // Maxima of non-negative floats, NaN dropped: exact in any order, as integers.
+        float amax = 0.0f;
+        for (; unit.row < rows; unit.advance()) {
+            float v[16];
+            load_group(x + unit.row * x_row_stride + unit.col * 16, hadamard, v);
+            amax = max_f32(amax, amax16(v));
+        }
+        const u32 block = block_max_u32<SIMT_THREADS>(f32_bits(amax));
+        if (threadIdx.x == 0) partial[blockIdx.x] = f32_from_bits(block);
+        return;
+    }
     const TensorScale tsf = tensor_scale(tensor_sf_value, tensor_sf_ptr);
     const i64 groups = cols / 16;
     for (; unit.row < rows / BLOCK_ROWS; unit.advance()) {
