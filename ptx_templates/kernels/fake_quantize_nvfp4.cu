@@ -65,19 +65,25 @@ FP4Q_DEVICE void fake_quantize_group(float (&v)[16], const ScaleCandidate& c, u6
 }
 
 // The unit's scale from its amax: 6, or the 4/6 choice by the errors of
-// its rows (each read again).
-FP4Q_DEVICE ScaleCandidate unit_scale(const u16* x, i64 x_row_stride, float amax, const TensorScale& tsf, u32 mask) {
+// its rows: a group's values v, or a block's rows, each read again.
+FP4Q_DEVICE ScaleCandidate unit_scale(const u16* x, i64 x_row_stride, const float (&v)[16], float amax,
+                                      const TensorScale& tsf, u32 mask) {
     const ScaleCandidate six = scale_candidate(amax, tsf.value, tsf.rcp, r6());
     if constexpr (!FP4Q_FOUR_OVER_SIX) {
         return six;
     } else {
         const ScaleCandidate four = scale_candidate(amax, tsf.value, tsf.rcp, R4);
         float error6 = 0.0f, error4 = 0.0f;
-        for (int r = 0; r < BLOCK_ROWS; ++r) {
-            float v[16];
-            load_group(x + r * x_row_stride, mask, v);
-            error6 = add_rn(error6, squared_error16(v, six));
-            error4 = add_rn(error4, squared_error16(v, four));
+        if constexpr (FP4Q_BLOCK_2D) {
+            for (int r = 0; r < BLOCK_ROWS; ++r) {
+                float row[16];
+                load_group(x + r * x_row_stride, mask, row);
+                error6 = add_rn(error6, squared_error16(row, six));
+                error4 = add_rn(error4, squared_error16(row, four));
+            }
+        } else {
+            error6 = squared_error16(v, six);
+            error4 = squared_error16(v, four);
         }
         return keeps_four(error4, error6) ? four : six;
     }
@@ -115,7 +121,7 @@ fp4q_fake_quantize_nvfp4(const u16* __restrict__ x, u16* __restrict__ out, float
             load_group(src + r * x_row_stride, hadamard, v);
             amax = max_f32(amax, amax16(v));
         }
-        const ScaleCandidate c = unit_scale(src, x_row_stride, amax, tsf, hadamard);
+        const ScaleCandidate c = unit_scale(src, x_row_stride, v, amax, tsf, hadamard);
         for (int r = 0; r < BLOCK_ROWS; ++r) {
             if constexpr (FP4Q_BLOCK_2D) load_group(src + r * x_row_stride, hadamard, v);
             fake_quantize_group(v, c, (row + r) * groups + unit.col, static_cast<u64>(seed), static_cast<u64>(offset),
