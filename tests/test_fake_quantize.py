@@ -452,3 +452,28 @@ def test_cuda_graph_capture_and_replay():
                 reference.fake_quantize_nvfp4(bits, np.float32(scale), block_2d=True, four_over_six=True))
         for got, w in zip(outs, want):
             assert_bytes_equal(host_bits(got), w, "replay")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "uint16"])
+@pytest.mark.parametrize("shape", [(32, 64), (2, 16, 48), (64,)])
+def test_torch_fakes(dtype, shape):
+    """The registered ops on fake CUDA tensors: x's shape and dtype out, the dynamic scale a float32
+    scalar after it, the rules on fake tensors as on real ones."""
+    torch = _torch()
+    import fp4q.torch as ft
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
+        y = ft.fake_quantize_nvfp4(x, torch.empty((), device="cuda"), stochastic=True, hadamard=TE_MASK)
+        y2, scale = ft.fake_quantize_nvfp4(x, "dynamic", four_over_six=True, out=torch.empty_like(x))
+        assert (y.shape, y.dtype, y2.shape, y2.dtype) == (x.shape, x.dtype, x.shape, x.dtype)
+        assert (scale.shape, scale.dtype) == ((), torch.float32)
+        rows = x.numel() // shape[-1]
+        if rows % 16:
+            with pytest.raises(ValueError, match=rf"^block_2d=True needs M .* got M={rows}$"):
+                ft.fake_quantize_nvfp4(x, 1.0, block_2d=True)
+        else:
+            assert ft.fake_quantize_nvfp4(x, 1.0, block_2d=True, four_over_six=True).shape == x.shape
+            with pytest.raises(ValueError, match=r"^hadamard=55272 cannot be combined with block_2d=True"):
+                ft.fake_quantize_nvfp4(x, 1.0, block_2d=True, hadamard=TE_MASK)
