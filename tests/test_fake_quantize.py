@@ -147,6 +147,15 @@ def test_strided_1d_3d_x_reused_buffers_and_empty():
     out = cp.full((48, 256), 0xEEEE, cp.uint16)
     got = check(cp, x_host, 3.0, out=out, four_over_six=True)
     assert got is out
+    # element loads and stores: x and out 2 bytes past a 16-byte boundary
+    flat = cp.zeros(48 * 256 + 8, cp.uint16)
+    flat[1:48 * 256 + 1] = cp.asarray(x_host.reshape(-1))
+    shifted = flat[1:48 * 256 + 1].reshape(48, 256)
+    out = cp.zeros(48 * 256 + 8, cp.uint16)[1:48 * 256 + 1].reshape(48, 256)
+    for options in (dict(stochastic=True, hadamard=TE_MASK), dict(block_2d=True, four_over_six=True)):
+        check(cp, x_host, 3.0, x=shifted, out=out, **options)
+        y, scale = fp4q.fake_quantize_nvfp4(shifted, "dynamic", **options)
+        assert_bytes_equal(cp.asnumpy(y), reference.fake_quantize_nvfp4(x_host, "dynamic", **options), "dynamic")
     empty = fp4q.fake_quantize_nvfp4(cp.zeros((0, 64), cp.uint16), 1.0)
     assert empty.shape == (0, 64) and empty.dtype == cp.uint16
 
@@ -244,6 +253,23 @@ def test_the_dynamic_passes(cp, hadamard, four_over_six):
     assert flags["FP4Q_TENSOR_SF_BY_POINTER"] and not flags["FP4Q_AMAX_PASS"]
     assert flags["FP4Q_FOUR_OVER_SIX"] == four_over_six and flags["FP4Q_HADAMARD"] == (hadamard is not None)
     assert (fake["args"]["tensor_sf_ptr"], fake["args"]["out"], fake["args"]["seed"]) == (scale.data.ptr, y.data.ptr, 9)
+
+
+def test_vector_loads_where_the_pointers_allow(cp):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launches")
+    base = cp.asarray(np.zeros(32 * 64 + 8, np.uint16))
+    aligned, shifted = base[:32 * 64].reshape(32, 64), base[1:32 * 64 + 1].reshape(32, 64)
+    fp4q.fake_quantize_nvfp4(aligned, 1.0)
+    assert dict(fakes.active.launches[-1]["spec"].flags)["FP4Q_VECTOR"]
+    for x, out in ((shifted, None), (aligned, cp.asarray(np.zeros(32 * 64 + 8, np.uint16))[1:32 * 64 + 1].reshape(32, 64))):
+        fp4q.fake_quantize_nvfp4(x, 1.0, out=out)
+        assert not dict(fakes.active.launches[-1]["spec"].flags)["FP4Q_VECTOR"]
+    fp4q.fake_quantize_nvfp4(shifted, "dynamic", hadamard=TE_MASK)
+    assert not any(dict(launch["spec"].flags).get("FP4Q_VECTOR", False) for launch in fakes.active.launches[-3:])
+    with pytest.raises(ValueError, match=r"^config is a vector FakeQuantizeConfig, but it cannot serve this call: "
+                                         r"x's base address 0x[0-9a-f]+ is not 16-byte aligned$"):
+        fp4q.fake_quantize_nvfp4(shifted, 1.0, config=FakeQuantizeConfig(vector=True))
 
 
 def test_fp16_output_and_the_device_scale(cp):

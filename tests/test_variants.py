@@ -257,12 +257,14 @@ def test_every_fake_quantize_call_is_shipped(arch):
             for four_over_six in (False, True):
                 for dtype in ("bfloat16", "float16"):
                     for mode in ("value", "pointer"):
-                        cfg = FakeQuantizeConfig(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic,
-                                                 four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode,
-                                                 arch=arch)
-                        assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+                        for vector in (True, False):
+                            cfg = FakeQuantizeConfig(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic,
+                                                     four_over_six=four_over_six, input_dtype=dtype,
+                                                     tensor_sf_mode=mode, vector=vector, arch=arch)
+                            assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
         for dtype in ("bfloat16", "float16"):  # the amax pass of "dynamic"
-            cfg = FakeQuantizeConfig(amax_pass=True, hadamard=block_2d, input_dtype=dtype, arch=arch)
-            assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+            for vector in (True, False):
+                cfg = FakeQuantizeConfig(amax_pass=True, hadamard=block_2d, input_dtype=dtype, vector=vector, arch=arch)
+                assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
     for four_over_six in (False, True):  # the scale pass of "dynamic"
         assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped

@@ -30,7 +30,8 @@ class FakeQuantizeConfig(CallFields):
     (set from each call, as the call's fields are). ``amax_pass``: the first pass of
     ``tensor_sf="dynamic"`` instead, each CTA's maximum of the values it would quantize
     (post-Hadamard) written to ``partial``, over groups of 16 (2D blocks and 4/6 change the
-    scales, not the values)."""
+    scales, not the values). ``vector``: a group is two 16-byte loads and stores, which needs
+    x's base and row stride and out's base 16-byte aligned; else a value at a time."""
 
     threads: int = 256
     block_2d: bool = False
@@ -38,12 +39,14 @@ class FakeQuantizeConfig(CallFields):
     hadamard: bool = False
     four_over_six: bool = False
     amax_pass: bool = False
+    vector: bool = False
 
     def check(self) -> None:
         check_choice("threads", self.threads, (128, 256))
         for name, _ in OPTION_FLAGS:
             check_bool(name, getattr(self, name))
         check_bool("amax_pass", self.amax_pass)
+        check_bool("vector", self.vector)
         require(self.fmt == "nvfp4", f"fake quantization is NVFP4's, got fmt={self.fmt!r}")
         require(not self.amax_pass or not (self.block_2d or self.stochastic or self.four_over_six),
                 "the amax pass reads the values only: block_2d, stochastic and four_over_six must be False")
@@ -55,6 +58,7 @@ class FakeQuantizeConfig(CallFields):
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
         flags = (*self.input_flags, ("FP4Q_TENSOR_SF_BY_POINTER", self.tensor_sf_mode == "pointer"),
-                 *((flag, getattr(self, name)) for name, flag in OPTION_FLAGS), ("FP4Q_AMAX_PASS", self.amax_pass))
+                 *((flag, getattr(self, name)) for name, flag in OPTION_FLAGS), ("FP4Q_AMAX_PASS", self.amax_pass),
+                 ("FP4Q_VECTOR", self.vector))
         return simt_spec("fake_quantize_nvfp4", self.arch, (("SIMT_THREADS", self.threads),), flags,
                          FAKE_QUANTIZE_PARAMS, self.threads, StrideGrid(self.threads, FAKE_QUANTIZE_WAVES))

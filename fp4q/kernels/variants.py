@@ -227,26 +227,32 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
 
 
 def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
-    """The fake quantization kernels for ``arch``, named ``fake_quantize[_2d][_sr][_rht][_4over6][_fp16]/
-    tensor_sf_mode``: every combination of the options the op allows (the Hadamard transform not
-    with 16x16 blocks) in every input dtype and tensor-scale mode; and the amax passes of
-    ``"dynamic"``, ``fake_quantize_amax[_rht][_fp16]``."""
+    """The fake quantization kernels for ``arch``, named ``fake_quantize[_2d][_sr][_rht][_4over6][_fp16]
+    [_scalar]/tensor_sf_mode``: every combination of the options the op allows (the Hadamard
+    transform not with 16x16 blocks) in every input dtype and tensor-scale mode, with 16-byte
+    and element loads; and the amax passes of ``"dynamic"``, ``fake_quantize_amax[_rht][_fp16][_scalar]``."""
     out = {}
     for block_2d in (False, True):
         for hadamard in (False,) if block_2d else (False, True):
             for stochastic in (False, True):
                 for four_over_six in (False, True):
                     for dtype in INPUT_DTYPES:
-                        name = ("fake_quantize" + "_2d" * block_2d + "_sr" * stochastic + "_rht" * hadamard
-                                + "_4over6" * four_over_six + ("_fp16" if dtype == "float16" else ""))
-                        for mode in TENSOR_SF_MODES["nvfp4"]:
-                            out[f"{name}/{mode}"] = FakeQuantizeConfig(
-                                block_2d=block_2d, stochastic=stochastic, hadamard=hadamard,
-                                four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode, arch=arch)
+                        for vector in (True, False):
+                            name = ("fake_quantize" + "_2d" * block_2d + "_sr" * stochastic + "_rht" * hadamard
+                                    + "_4over6" * four_over_six + ("_fp16" if dtype == "float16" else "")
+                                    + "_scalar" * (not vector))
+                            for mode in TENSOR_SF_MODES["nvfp4"]:
+                                out[f"{name}/{mode}"] = FakeQuantizeConfig(
+                                    block_2d=block_2d, stochastic=stochastic, hadamard=hadamard,
+                                    four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode, vector=vector,
+                                    arch=arch)
     for hadamard in (False, True):
         for dtype in INPUT_DTYPES:
-            name = "fake_quantize_amax" + "_rht" * hadamard + ("_fp16" if dtype == "float16" else "")
-            out[name] = FakeQuantizeConfig(amax_pass=True, hadamard=hadamard, input_dtype=dtype, arch=arch)
+            for vector in (True, False):
+                name = ("fake_quantize_amax" + "_rht" * hadamard + ("_fp16" if dtype == "float16" else "")
+                        + "_scalar" * (not vector))
+                out[name] = FakeQuantizeConfig(amax_pass=True, hadamard=hadamard, input_dtype=dtype, vector=vector,
+                                               arch=arch)
     return out
 
 

@@ -13,6 +13,7 @@ from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
 from .declare import DYNAMIC, Array, Flag, Geometry, Integer, Op, TensorScale
 from .global_scale import X
 from .plans import NO_LAUNCH, KernelLaunch
+from .rows import alignment_obstacle
 
 GROUP = 16
 
@@ -35,19 +36,16 @@ class DynamicPasses:
 
     __slots__ = ("amax", "scale", "quantize", "workspace", "config")
 
-    def __init__(self, plan, config, dev) -> None:
-        call = dict(plan.call, arch=dev.arch)
+    def __init__(self, plan, config: FakeQuantizeConfig, dev) -> None:
         self.amax = self.quantize = None
         self.workspace = 0
         if not plan.empty:
-            amax_cfg = FakeQuantizeConfig(amax_pass=True, hadamard=call["hadamard"],
-                                          input_dtype=call["input_dtype"], arch=dev.arch)
+            amax_cfg = FakeQuantizeConfig(amax_pass=True, hadamard=config.hadamard, input_dtype=config.input_dtype,
+                                          vector=config.vector, arch=dev.arch)
             self.amax = _launch(amax_cfg, plan, dev, (("x", "ptr"), ("partial", "ptr")))
             self.workspace = self.amax.grid
-            cfg = FakeQuantizeConfig(**call, tensor_sf_mode="pointer") if config is None else config.replace(
-                **call, tensor_sf_mode="pointer")
-            self.quantize = _launch(cfg, plan, dev, plan.op.slots)
-        scale_cfg = GlobalScaleConfig(four_over_six=call["four_over_six"], arch=dev.arch)
+            self.quantize = _launch(config, plan, dev, plan.op.slots)
+        scale_cfg = GlobalScaleConfig(four_over_six=config.four_over_six, arch=dev.arch)
         self.scale = KernelLaunch(scale_cfg, get_kernel(scale_cfg.spec, dev.ordinal), 1,
                                   (("partial", "ptr"), ("scale", "ptr")), {"count": self.workspace})
         self.config = None if self.quantize is None else self.quantize.config
@@ -68,8 +66,9 @@ class DynamicPasses:
 
 
 class FakeQuantizeKernels:
-    """The fake quantization kernel: a thread per group, or per 16x16 block; for
-    ``tensor_sf="dynamic"`` after its amax pass and the scale pass."""
+    """The fake quantization kernel: a thread per group, or per 16x16 block, its loads and
+    stores 16 bytes wide where the pointers allow (``vector``); for ``tensor_sf="dynamic"``
+    after its amax pass and the scale pass."""
 
     def check_config(self, op: Op, config) -> None:
         if not isinstance(config, FakeQuantizeConfig):
@@ -77,12 +76,19 @@ class FakeQuantizeKernels:
 
     def resolve(self, plan, mode: str, pointers: list[int], config):
         dev = driver.device(plan.view.device)
+        obstacle = alignment_obstacle(plan, pointers)
+        # "dynamic": the kernel reads the scale its passes wrote.
+        call = dict(plan.call, tensor_sf_mode="pointer" if mode is DYNAMIC else mode, arch=dev.arch)
+        if config is None:
+            cfg = FakeQuantizeConfig(vector=obstacle is None, **call)
+        elif config.vector and obstacle is not None:
+            raise ValueError(f"config is a vector FakeQuantizeConfig, but it cannot serve this call: {obstacle}")
+        else:
+            cfg = config.replace(**call)
         if mode is DYNAMIC:
-            return DynamicPasses(plan, config, dev)
+            return DynamicPasses(plan, cfg, dev)
         if plan.empty:
             return NO_LAUNCH
-        call = dict(plan.call, tensor_sf_mode=mode, arch=dev.arch)
-        cfg = FakeQuantizeConfig(**call) if config is None else config.replace(**call)
         return _launch(cfg, plan, dev, plan.op.slots)
 
 

@@ -21,14 +21,27 @@
 #include "numerics/tensor_scale.cuh"
 #include "pipeline/pdl.cuh"
 #include "pipeline/row_walk.cuh"
+#include "ptx/global_memory.cuh"
 
 constexpr int BLOCK_ROWS = FP4Q_BLOCK_2D ? 16 : 1;
 
 // Load and transform: the 16 values of the group at p, as float32.
-// Element loads and stores: x and out need only their dtype's alignment.
+// FP4Q_VECTOR (x's rows and out 16-byte aligned): a group is two 16-byte
+// loads and two stores; else element loads and stores, for any alignment.
 FP4Q_DEVICE void load_group(const u16* p, u32 mask, float (&v)[16]) {
+    if constexpr (FP4Q_VECTOR) {
+        u32 w[8];
+        ld_global_nc_v4(p, w[0], w[1], w[2], w[3]);
+        ld_global_nc_v4(p + 8, w[4], w[5], w[6], w[7]);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = input_lo(p[i]);
+        for (int i = 0; i < 8; ++i) {
+            v[2 * i] = input_lo(w[i]);
+            v[2 * i + 1] = input_hi(w[i]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = input_lo(p[i]);
+    }
     if constexpr (FP4Q_HADAMARD) hadamard16(v, mask);
 }
 
@@ -56,11 +69,20 @@ FP4Q_DEVICE void fake_quantize_group(float (&v)[16], const ScaleCandidate& c, u6
         for (int i = 0; i < 8; ++i) y[8 * half + i] = mul_rn(e2m1_value(codes >> (4 * i)), c.d);
     }
     if constexpr (FP4Q_HADAMARD) hadamard16_inverse(y, mask);
+    u32 pair[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const u32 pair = FP4Q_INPUT_FP16 ? cvt_rn_f16x2_f32(y[2 * i + 1], y[2 * i]) : cvt_rn_bf16x2_f32(y[2 * i + 1], y[2 * i]);
-        out[2 * i] = static_cast<u16>(pair);
-        out[2 * i + 1] = static_cast<u16>(pair >> 16);
+        pair[i] = FP4Q_INPUT_FP16 ? cvt_rn_f16x2_f32(y[2 * i + 1], y[2 * i]) : cvt_rn_bf16x2_f32(y[2 * i + 1], y[2 * i]);
+    }
+    if constexpr (FP4Q_VECTOR) {
+        st_global_v4(out, pair[0], pair[1], pair[2], pair[3]);
+        st_global_v4(out + 8, pair[4], pair[5], pair[6], pair[7]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            out[2 * i] = static_cast<u16>(pair[i]);
+            out[2 * i + 1] = static_cast<u16>(pair[i] >> 16);
+        }
     }
 }
 
