@@ -503,3 +503,14 @@ def test_torch_fakes(dtype, shape):
             assert ft.fake_quantize_nvfp4(x, 1.0, block_2d=True, four_over_six=True).shape == x.shape
             with pytest.raises(ValueError, match=r"^hadamard=55272 cannot be combined with block_2d=True"):
                 ft.fake_quantize_nvfp4(x, 1.0, block_2d=True, hadamard=TE_MASK)
+
+
+def test_benchmark_arguments_and_table():
+    from scripts.bench import bench_fake_quantize as bench
+
+    assert bench.shapes("16x32,4096x53248") == [(16, 32), (4096, 53248)]
+    with pytest.raises(Exception, match=r"multiples of 16, got '15x32'"):
+        bench.shapes("15x32")
+    row = dict(option="4over6", m=4096, k=4096, fake_us=30.0, copy_us=25.0, fake_over_copy=1.2)
+    assert bench.table([row]).splitlines()[-1] == "| 4over6 | 4096x4096 | 30.0 | 25.0 | 1.20 |"
+    assert set(bench.OPTIONS) == {"plain", "2d", "sr", "rht", "4over6", "dynamic"}
