@@ -25,7 +25,8 @@ from .numerics.layouts import sf_8x4_shape, swizzle_sf, swizzle_sf_8x4, swizzled
 from .kernels.rows import RowConfig
 from .kernels.training import TrainingConfig
 from .numerics.experts import experts_sf_shape
-from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
+from .kernels.fake_quantize import FakeQuantizeConfig
+from .ops.api import (config_for, dequantize_mxfp4, dequantize_nvfp4, fake_quantize_nvfp4, global_scale, quantize_mxfp4, quantize_nvfp4,
                       quantize_nvfp4_batched, quantize_nvfp4_experts, rms_norm_quantize_mxfp4, rms_norm_quantize_nvfp4,
                       silu_and_mul_quantize_mxfp4, silu_and_mul_quantize_nvfp4, silu_and_mul_quantize_nvfp4_batched,
                       silu_and_mul_quantize_nvfp4_experts, quantize_nvfp4_training)
@@ -48,10 +49,12 @@ __all__ = [
     "dequantize_nvfp4",
     "dequantize_mxfp4",
     "global_scale",
+    "fake_quantize_nvfp4",
     "config_for",
     "kernel_cache_stats",
     "DequantizeConfig",
     "DequantizeSimtConfig",
+    "FakeQuantizeConfig",
     "QuantizeConfig",
     "RowConfig",
     "TrainingConfig",

@@ -150,10 +150,46 @@ def test_vllm_check_passes_the_reference_and_fails_a_changed_byte(torch_fake, sw
         example.check(x, scale, torch.from_numpy(q), as_sf(sf.reshape(-1)), swizzled)
 
 
+def test_qat_check_passes_the_reference_and_fails_a_changed_byte(torch_fake):
+    torch, _ = torch_fake
+    example = importlib.import_module("examples.qat_linear")
+    rng = np.random.default_rng(5)
+    x_bits = cupy_round_trip.bf16_activations(M, K)
+    w_bits = (rng.standard_normal((128, K)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    as_bf16 = lambda a: torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)  # noqa: E731
+    x_scale, w_scale = reference.global_scale(x_bits), reference.global_scale(w_bits)
+    xq = reference.fake_quantize_nvfp4(x_bits, x_scale, stochastic=True, seed=example.SEED, offset=3)
+    wq = reference.fake_quantize_nvfp4(w_bits, w_scale, block_2d=True)
+    scales = torch.tensor(float(x_scale)), torch.tensor(float(w_scale))
+    example.check(as_bf16(x_bits), as_bf16(w_bits), 3, (as_bf16(xq), as_bf16(wq), *scales))
+    for changed in ((as_bf16(flipped(xq, 9)), as_bf16(wq), *scales), (as_bf16(xq), as_bf16(flipped(wq, 9)), *scales),
+                    (as_bf16(xq), as_bf16(wq), scales[0] * 2, scales[1])):
+        with pytest.raises(AssertionError):
+            example.check(as_bf16(x_bits), as_bf16(w_bits), 3, changed)
+    with pytest.raises(AssertionError):  # another step's random bits
+        example.check(as_bf16(x_bits), as_bf16(w_bits), 4, (as_bf16(xq), as_bf16(wq), *scales))
+
+
+def test_qat_operands_shapes(torch_fake):
+    torch, mode = torch_fake
+    example = importlib.import_module("examples.qat_linear")
+    with mode:
+        # A weight that needs no gradient: autograd on fake CUDA tensors needs a CUDA build of torch.
+        layer = example.QATLinear.__new__(example.QATLinear)
+        torch.nn.Module.__init__(layer)
+        layer.weight = torch.empty((128, K), dtype=torch.bfloat16, device="cuda")
+        x = torch.empty((M, K), dtype=torch.bfloat16, device="cuda")
+        xq, wq, xs, ws = layer.operands(x, 0)
+        y = layer(x, 1)
+    assert [meta(t) for t in (xq, wq, xs, ws, y)] == [((M, K), torch.bfloat16, "cuda"), ((128, K), torch.bfloat16, "cuda"),
+                                                     ((), torch.float32, "cuda"), ((), torch.float32, "cuda"),
+                                                     ((M, 128), torch.bfloat16, "cuda")]
+
+
 # ------------------------------------------------------------------------------------------- runner
 def test_runner_finds_every_example():
     assert [p.name for p in run_all.examples()] == [
-        "cupy_round_trip.py", "fused_serving.py", "torch_eager_graph_compile.py", "vllm_swap.py"]
+        "cupy_round_trip.py", "fused_serving.py", "qat_linear.py", "torch_eager_graph_compile.py", "vllm_swap.py"]
 
 
 def test_runner_exit_status(tmp_path, capsys):

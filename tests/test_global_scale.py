@@ -95,11 +95,14 @@ def test_render_amax(vector, dtype):
     assert not re.search(r"^\s*#\s*(include|pragma\s+once)", src.source, re.M)
 
 
-def test_render_global_scale():
-    src = codegen.render(GlobalScaleConfig(threads=128, arch="sm_100f").spec)
+@pytest.mark.parametrize("four_over_six", [False, True])
+def test_render_global_scale(four_over_six):
+    src = codegen.render(GlobalScaleConfig(threads=128, four_over_six=four_over_six, arch="sm_100f").spec)
     assert (src.kernel_name, src.arch) == ("fp4q_global_scale", "sm_100f")
     assert "constexpr int SCALE_THREADS = 128;" in prelude(src.source)
-    assert "div_rn(2688.0f, amax)" in src.source  # the spec's correctly rounded division
+    assert f"constexpr bool FP4Q_FOUR_OVER_SIX = {str(four_over_six).lower()};" in prelude(src.source)
+    assert "div_rn(numerator, amax)" in src.source  # the spec's correctly rounded division
+    assert "FP4Q_FOUR_OVER_SIX ? 1536.0f : 2688.0f" in src.source
 
 
 @pytest.mark.parametrize("arch", ARCH_LIST)

@@ -16,6 +16,7 @@ from fp4q.jit.precompile import precompile, variants
 from fp4q.jit.render import KernelSource, render
 from fp4q.kernels.archs import ARCHS, ALL_TARGETS
 from fp4q.kernels.dequantize import DequantizeConfig, DequantizeSimtConfig
+from fp4q.kernels.fake_quantize import FakeQuantizeConfig
 from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig
 from fp4q.kernels.rows import RowConfig
@@ -101,7 +102,8 @@ def test_variants_default_to_every_target_and_op():
 
 def test_each_kernel_config_serves_the_op_of_its_function():
     """op_of names the public function a config's kernel serves: the format's quantize or dequantize
-    function, global_scale for the two passes, quantize_nvfp4 (its tensor_sf="dynamic") for the one launch."""
+    function, global_scale for the two passes, quantize_nvfp4 (its tensor_sf="dynamic") for the one launch,
+    fake_quantize_nvfp4 for its kernel, its amax pass and the 4/6 scale pass."""
     cases = [(QuantizeConfig(), "quantize_nvfp4"), (QuantizeConfig(fmt="mxfp4"), "quantize_mxfp4"),
              (SimtConfig(vector=True), "quantize_nvfp4"), (SimtConfig(fmt="mxfp4"), "quantize_mxfp4"),
              (DequantizeConfig(), "dequantize_nvfp4"), (DequantizeSimtConfig(fmt="mxfp4"), "dequantize_mxfp4"),
@@ -109,7 +111,10 @@ def test_each_kernel_config_serves_the_op_of_its_function():
              (FusedDynamicConfig(), "quantize_nvfp4"),
              (RowConfig(segments="experts", tensor_sf_mode="per_expert"), "quantize_nvfp4_experts"),
              (RowConfig(segments="batches", tensor_sf_mode="per_expert", prologue="silu_mul"),
-              "silu_and_mul_quantize_nvfp4_batched")]
+              "silu_and_mul_quantize_nvfp4_batched"),
+             (FakeQuantizeConfig(block_2d=True), "fake_quantize_nvfp4"),
+             (FakeQuantizeConfig(amax_pass=True), "fake_quantize_nvfp4"),
+             (GlobalScaleConfig(four_over_six=True), "fake_quantize_nvfp4")]
     for cfg, op in cases:
         assert op_of(cfg) == op, cfg
     for v in variants("sm_90a"):

@@ -77,7 +77,9 @@ OVERLOADS = [("quantize_nvfp4", "Tensor"), ("quantize_nvfp4", "default"), ("quan
                for out in ("", "_out")],
              # Returns a result object (its outputs, then a computed scale): no _out ops.
              ("quantize_nvfp4_training", "Tensor"), ("quantize_nvfp4_training", "default"),
-             ("quantize_nvfp4_training_dynamic", "default")]
+             ("quantize_nvfp4_training_dynamic", "default"),
+             *[(f"fake_quantize_nvfp4{out}", overload) for out in ("", "_out") for overload in ("Tensor", "default")],
+             ("fake_quantize_nvfp4_dynamic", "default"), ("fake_quantize_nvfp4_dynamic_out", "default")]
 
 
 def test_schemas():
@@ -88,15 +90,15 @@ def test_schemas():
             assert mutated[0] == "residual", schema
             mutated = mutated[1:]
         if name.endswith("_out"):
-            assert mutated == (["out", "sf_out"] if "quantize_" in name and not name.startswith("dequantize")
-                               else ["out"]), schema
+            assert mutated == (["out", "sf_out"] if "quantize_" in name
+                               and not name.startswith(("dequantize", "fake_quantize")) else ["out"]), schema
             # The dynamic scale is computed, and returned; other out= ops return nothing.
             assert len(schema.returns) == (1 if "dynamic" in name else 0), schema
         else:
             assert mutated == [] and schema.returns, schema
         scale = [a for a in schema.arguments if a.name == "tensor_sf"]
         if name.endswith(("_dynamic", "_dynamic_per_row")):  # the scale(s) computed, and returned after the outputs
-            assert not scale and len(schema.returns) == (5 if "training" in name else 3), schema
+            assert not scale and len(schema.returns) == (5 if "training" in name else 2 if name.startswith("fake_") else 3), schema
         elif name.endswith(("_dynamic_out", "_dynamic_per_row_out")):
             assert not scale, schema
         elif "nvfp4" in name:
@@ -366,7 +368,19 @@ def _every_op(x, t, y):
     s += ft.silu_and_mul_quantize_nvfp4(x, "dynamic", out=torch.empty_like(hq), sf_out=torch.empty_like(hsf))
     s += ft.silu_and_mul_quantize_mxfp4(x, out=torch.empty_like(mq), sf_out=torch.empty_like(msf))
     return (q, sf, q1, sf1, scale, qf, sff, q2, sf2, q3, sf3, qm, sfm, qm2, sfm2, y1, y2, y, y3, y4, *v, q4, sf4, scale4,
-            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y), *_experts_ops(x), *out_training)
+            ft.global_scale(x), *s, *_rms_norm_ops(x, t, y), *_per_row_ops(x, y), *_experts_ops(x), *out_training,
+            *_fake_quantize_ops(x, t))
+
+
+def _fake_quantize_ops(x, t):
+    """Fake quantization, both overloads of both forms, with options."""
+    out = [ft.fake_quantize_nvfp4(x, t, stochastic=True, seed=(1 << 63) - 1, offset=5, hadamard=0xD7E8),
+           ft.fake_quantize_nvfp4(x, 2.0, four_over_six=True)]
+    out += [ft.fake_quantize_nvfp4(x, t, out=torch.empty_like(x)),
+            ft.fake_quantize_nvfp4(x, 0.5, stochastic=True, out=torch.empty_like(x))]
+    out += ft.fake_quantize_nvfp4(x, "dynamic", hadamard=0xD7E8)
+    out += ft.fake_quantize_nvfp4(x, "dynamic", four_over_six=True, out=torch.empty_like(x))
+    return out
 
 
 def _experts_ops(x):
@@ -608,6 +622,12 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
         *_rms_norm_samples(x, t), *_per_row_samples(x), *_experts_samples(x), *_training_samples(x[:288], t),
+        (ops.fake_quantize_nvfp4.default, (x, 0.5, False, True, 3, 4, 0xD7E8, True)),
+        (ops.fake_quantize_nvfp4.Tensor, (x, t, False, False, 0, 0, None, True)),
+        (ops.fake_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(x))),
+        (ops.fake_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(x), False, True, 1, 2)),
+        (ops.fake_quantize_nvfp4_dynamic.default, (x, False, True, 1, 2, 0xD7E8, True)),
+        (ops.fake_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(x))),
     ]
 
 

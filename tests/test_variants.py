@@ -8,6 +8,7 @@ import pytest
 from fp4q.jit import render as codegen
 from fp4q.kernels.archs import ARCHS, EMULATED_SM_80, fits
 from fp4q.kernels.dequantize import DequantizeSimtConfig
+from fp4q.kernels.fake_quantize import FakeQuantizeConfig
 from fp4q.kernels.global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError
@@ -15,7 +16,7 @@ from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, de
 from fp4q.kernels.rows import RowConfig
 from fp4q.kernels.training import TrainingConfig
 from fp4q.kernels.spec import Swizzle
-from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted
+from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted, op_of
 
 S = Swizzle
 TMA_ARCHS = sorted(a for a in ARCHS if ARCHS[a].features.tma)
@@ -206,11 +207,11 @@ def test_what_sm_120f_ships():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", EMULATED_SM_80])
-def test_pre_hopper_ships_only_simt_row_training_and_global_scale(arch):
+def test_pre_hopper_ships_only_simt_row_training_global_scale_and_fake_quantize(arch):
     out = all_variants(arch)
     kinds = {type(c) for c in out.values()}
     assert kinds == {SimtConfig, RowConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig, FusedDynamicConfig,
-                     TrainingConfig}
+                     TrainingConfig, FakeQuantizeConfig}
     assert set(SIMT) <= {n.split("/")[0] for n in out if isinstance(out[n], SimtConfig)}
 
 
@@ -239,10 +240,32 @@ def test_chosen_configs_are_shipped(arch, m, k):
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_the_test_kernel_is_not_shipped(arch):
-    # The numerics probe builds only for the tests (tests/probe.py): no variant of the package is it.
+    # The numerics probes build only for the tests (tests/probe.py): no variant of the package is one.
     assert not [name for name, cfg in all_variants(arch).items() if "probe" in name or "probe" in cfg.spec.name]
 
 
 def test_all_variants_rejects_unknown_arch():
     with pytest.raises(ConfigError, match="arch must be one of"):
         all_variants("sm_89")
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_fake_quantize_call_is_shipped(arch):
+    # what fake_quantize_nvfp4 runs without config=: the options' flags in each dtype and scale mode
+    shipped = set(all_variants(arch).values())
+    for block_2d, hadamard in ((False, False), (False, True), (True, False)):
+        for stochastic in (False, True):
+            for four_over_six in (False, True):
+                for dtype in ("bfloat16", "float16"):
+                    for mode in ("value", "pointer"):
+                        for vector in (True, False):
+                            cfg = FakeQuantizeConfig(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic,
+                                                     four_over_six=four_over_six, input_dtype=dtype,
+                                                     tensor_sf_mode=mode, vector=vector, arch=arch)
+                            assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+        for dtype in ("bfloat16", "float16"):  # the amax pass of "dynamic"
+            for vector in (True, False):
+                cfg = FakeQuantizeConfig(amax_pass=True, hadamard=block_2d, input_dtype=dtype, vector=vector, arch=arch)
+                assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
+    for four_over_six in (False, True):  # the scale pass of "dynamic"
+        assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped

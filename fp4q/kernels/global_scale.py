@@ -53,17 +53,21 @@ class AmaxConfig(CallFields):
 
 @dataclass(frozen=True)
 class GlobalScaleConfig(CallFields):
-    """The scale pass: one CTA of ``threads`` threads."""
+    """The scale pass: one CTA of ``threads`` threads; ``four_over_six``: 4/6's scale,
+    ``1536 / amax`` (fake quantization's ``"dynamic"`` under 4/6)."""
 
     threads: int = 256
+    four_over_six: bool = False
 
     def check(self) -> None:
         check_choice("threads", self.threads, BLOCK_SIZES)
+        check_bool("four_over_six", self.four_over_six)
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
-        return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),), (), GLOBAL_SCALE_PARAMS,
-                         self.threads, StrideGrid(self.threads, max_ctas_per_sm=1))
+        return simt_spec("global_scale", self.arch, (("SCALE_THREADS", self.threads),),
+                         (("FP4Q_FOUR_OVER_SIX", self.four_over_six),), GLOBAL_SCALE_PARAMS, self.threads,
+                         StrideGrid(self.threads, max_ctas_per_sm=1))
 
 
 FUSED_DYNAMIC_PARAMS = (

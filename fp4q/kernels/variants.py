@@ -6,7 +6,8 @@ Each target ships these configs fitted to it (``fitted``): on sm_120f (100 KB
 of shared memory per SM) a config that does not fit runs fewer CTAs per SM,
 then fewer stages, and the tiles too large for two stages are left out. The
 pre-Hopper target (no TMA) ships only the SIMT quantizers, the row kernels, the SIMT
-dequantizer, the global-scale kernels and the one-launch dynamic quantizer.
+dequantizer, the global-scale kernels, the one-launch dynamic quantizer and the fake
+quantization kernels.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .quantize import QuantizeConfig, SimtConfig, default_config, default_mx_con
 from .rows import ROW_THREADS, RowConfig, row_shapes
 from .spec import Swizzle
 from .dequantize import DequantizeConfig, DequantizeSimtConfig
+from .fake_quantize import FakeQuantizeConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from .rules import ConfigError
 from .training import TrainingConfig
@@ -100,6 +102,7 @@ GLOBAL_SCALE: dict[str, AmaxConfig | GlobalScaleConfig | FusedDynamicConfig] = {
        AmaxConfig(vector_loads=vector, input_dtype=dtype, prologue=prologue)
        for prologue in ELEMENTWISE_PROLOGUES for vector in (True, False) for dtype in INPUT_DTYPES},
     "global_scale_256": GlobalScaleConfig(),
+    "global_scale_256_4over6": GlobalScaleConfig(four_over_six=True),
     **{f"dynamic_{threads}_{layout}{'_fp16' if dtype == 'float16' else ''}{'' if prologue == 'none' else '_' + prologue}":
        FusedDynamicConfig(threads=threads, sf_layout=layout, input_dtype=dtype, prologue=prologue)
        for prologue in ELEMENTWISE_PROLOGUES for threads in FUSED_DYNAMIC_BLOCK_SIZES for layout in SF_LAYOUTS
@@ -250,14 +253,45 @@ def training_variants(arch: str) -> dict[str, TrainingConfig]:
     return out
 
 
-def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig | TrainingConfig]:
+def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
+    """The fake quantization kernels for ``arch``, named ``fake_quantize[_2d][_sr][_rht][_4over6][_fp16]
+    [_scalar]/tensor_sf_mode``: every combination of the options the op allows (the Hadamard
+    transform not with 16x16 blocks) in every input dtype and tensor-scale mode, with 16-byte
+    and element loads; and the amax passes of ``"dynamic"``, ``fake_quantize_amax[_rht][_fp16][_scalar]``."""
+    out = {}
+    for block_2d in (False, True):
+        for hadamard in (False,) if block_2d else (False, True):
+            for stochastic in (False, True):
+                for four_over_six in (False, True):
+                    for dtype in INPUT_DTYPES:
+                        for vector in (True, False):
+                            name = ("fake_quantize" + "_2d" * block_2d + "_sr" * stochastic + "_rht" * hadamard
+                                    + "_4over6" * four_over_six + ("_fp16" if dtype == "float16" else "")
+                                    + "_scalar" * (not vector))
+                            for mode in TENSOR_SF_MODES["nvfp4"]:
+                                out[f"{name}/{mode}"] = FakeQuantizeConfig(
+                                    block_2d=block_2d, stochastic=stochastic, hadamard=hadamard,
+                                    four_over_six=four_over_six, input_dtype=dtype, tensor_sf_mode=mode, vector=vector,
+                                    arch=arch)
+    for hadamard in (False, True):
+        for dtype in INPUT_DTYPES:
+            for vector in (True, False):
+                name = ("fake_quantize_amax" + "_rht" * hadamard + ("_fp16" if dtype == "float16" else "")
+                        + "_scalar" * (not vector))
+                out[name] = FakeQuantizeConfig(amax_pass=True, hadamard=hadamard, input_dtype=dtype, vector=vector,
+                                               arch=arch)
+    return out
+
+
+def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig | TrainingConfig
+                                      | FakeQuantizeConfig]:
     """Every shipped config for ``arch``, duplicates dropped, each in every scale layout it
     writes and both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
     defaults, SIMT kernels) in every input dtype and MXFP4 rounding mode, so that a
     precompiled cache holds every kernel a call can pick; then the dequantization
-    variants and ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer),
-    and the training quantizers."""
+    variants, ``GLOBAL_SCALE`` (the amax and scale kernels, the one-launch dynamic quantizer),
+    the training quantizers and the fake quantization kernels."""
     target(arch)
     choosable = {**tuned_variants(arch), **default_variants(arch),
                  **{name: cfg.replace(arch=arch) for name, cfg in SIMT.items()}}
@@ -277,6 +311,7 @@ def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig
     out.update(dequantize_variants(arch))
     out.update({name: cfg.replace(arch=arch) for name, cfg in GLOBAL_SCALE.items()})
     out.update(training_variants(arch))
+    out.update(fake_quantize_variants(arch))
     return out
 
 
@@ -285,7 +320,7 @@ OPS = ("quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "silu_
        "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "add_rms_norm_quantize_nvfp4",
        "add_rms_norm_quantize_mxfp4", "quantize_nvfp4_experts", "silu_and_mul_quantize_nvfp4_experts",
        "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
-       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "quantize_nvfp4_training")
+       "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "quantize_nvfp4_training", "fake_quantize_nvfp4")
 
 
 # The suffix of the public op's name per grouping of the row kernel's rows.
@@ -295,11 +330,16 @@ SEGMENT_OPS = {"none": "", "experts": "_experts", "batches": "_batched"}
 def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
     dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
-    those with the SiLU·mul prologue the fused op's ``"dynamic"``."""
+    those with the SiLU·mul prologue the fused op's ``"dynamic"``, the 4/6 scale pass
+    ``fake_quantize_nvfp4``'s."""
+    if isinstance(cfg, GlobalScaleConfig) and cfg.four_over_six:
+        return "fake_quantize_nvfp4"
     if isinstance(cfg, TrainingConfig):
         return "quantize_nvfp4_training"
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"
+    if isinstance(cfg, FakeQuantizeConfig):
+        return "fake_quantize_nvfp4"
     family = "dequantize" if isinstance(cfg, (DequantizeConfig, DequantizeSimtConfig)) else "quantize"
     segments = SEGMENT_OPS[cfg.segments] if isinstance(cfg, RowConfig) else ""
     name = f"{family}_{cfg.fmt}{segments}"

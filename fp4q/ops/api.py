@@ -13,6 +13,7 @@ from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
 from .engine import plan_of, runner
 from .entry import body, function
+from .fake_quantize import FAKE_QUANTIZE_NVFP4
 from .experts import (QUANTIZE_NVFP4_BATCHED, QUANTIZE_NVFP4_EXPERTS, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
                       SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS)
 from .fused import SILU_AND_MUL_QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4
@@ -27,7 +28,7 @@ from .training import QUANTIZE_NVFP4_TRAINING
 OPS: tuple[Op, ...] = (QUANTIZE_NVFP4, QUANTIZE_MXFP4, SILU_AND_MUL_QUANTIZE_NVFP4, SILU_AND_MUL_QUANTIZE_MXFP4,
                        RMS_NORM_QUANTIZE_NVFP4, RMS_NORM_QUANTIZE_MXFP4, QUANTIZE_NVFP4_EXPERTS,
                        SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS, QUANTIZE_NVFP4_BATCHED, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
-                       QUANTIZE_NVFP4_TRAINING, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE)
+                       QUANTIZE_NVFP4_TRAINING, DEQUANTIZE_NVFP4, DEQUANTIZE_MXFP4, GLOBAL_SCALE, FAKE_QUANTIZE_NVFP4)
 # With the ops a public function runs for an optional input (add+RMSNorm): what torch registers.
 ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_input is not None)
 
@@ -54,6 +55,7 @@ silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_ex
 quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
 silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
 quantize_nvfp4_training = _FUNCTIONS["quantize_nvfp4_training"]
+fake_quantize_nvfp4 = _FUNCTIONS["fake_quantize_nvfp4"]
 
 
 def config_for(x, tensor_sf=1.0, *, fmt="nvfp4", mode="rceil", sf_layout="swizzled", padded_k=None, out=None,

@@ -174,10 +174,13 @@ class Array:
 
     def role(self, g: Geometry) -> str:
         """What an allocator makes for it (``ops.outputs``)."""
+        if self.kind == "like_main":  # an output in the main input's dtype, bf16 bits as bits
+            return g.view.dtype
         return self.role_in(g.fmt, g.options)
 
     def role_in(self, fmt: str, options: Mapping[str, Any]) -> str:
-        """``role`` from the format and the options alone (all it depends on)."""
+        """``role`` from the format and the options alone (all it depends on), for every kind
+        but ``like_main``."""
         if self.kind in ("scales", "scales_t"):
             return f"sf_{fmt}"
         if self.kind == "values":
@@ -232,19 +235,8 @@ class Choice:
     def check(self, value) -> None:
         require_choice(value, self.name, self.choices)
 
-
-@dataclass(frozen=True)
-class Flag:
-    """A keyword option that takes a bool; ``field`` is the kernel config's field it sets."""
-
-    name: str
-    default: bool
-    field: str | None = None
-    doc: str = ""
-
-    def check(self, value) -> None:
-        if type(value) is not bool:
-            raise TypeError(f"{self.name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
+    def call_value(self, value) -> str:
+        return value
 
 
 @dataclass(frozen=True)
@@ -310,6 +302,54 @@ class Width:
         require_padded_k(value)
 
 
+@dataclass(frozen=True)
+class Flag:
+    """A keyword option that takes a bool, setting the kernel config's ``field`` (a
+    compile-time flag of the kernel)."""
+
+    name: str
+    field: str
+    default: bool = False
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{self.name} must be a bool, got {value!r} ({type(value).__name__})")
+
+    def call_value(self, value) -> bool:
+        return bool(value)
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A keyword option that takes an int in ``[0, 2**bits)``, part of the kind of call,
+    passed to the kernels as the ``u32`` launch parameter of its name (``bits <= 32``; the
+    Hadamard transform's sign mask). ``optional``: ``None`` (the default) is allowed too,
+    leaves the launch value 0 and sets the config's ``field`` False (True for an int)."""
+
+    name: str
+    bits: int
+    default: int | None = 0
+    optional: bool = False
+    field: str | None = None
+    doc: str = ""
+
+    def check(self, value) -> None:
+        if value is None and self.optional:
+            return
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            none = " or None" if self.optional else ""
+            raise TypeError(f"{self.name} must be an int{none}, got {value!r} ({type(value).__name__})")
+        if not 0 <= int(value) < 1 << self.bits:
+            raise ValueError(f"{self.name} must satisfy 0 <= {self.name} < 2**{self.bits}, got {value}")
+
+    def call_value(self, value) -> bool:
+        return value is not None
+
+    def launch_value(self, value) -> int:
+        return 0 if value is None else int(value)
+
+
 class Kernels(Protocol):
     """The kernel choice of an op family."""
 
@@ -321,6 +361,10 @@ class Kernels(Protocol):
         columnwise scale, the pair of both modes) and these pointers (only their low four bits
         may matter: the choice is kept per them)."""
 
+
+Option = Choice | Number | Width | Flag | Integer
+# Options passed to the kernels as launch parameters of their names.
+LAUNCHED = (Number, Integer)
 
 DYNAMIC = "dynamic"  # the launch mode of tensor_sf="dynamic"
 DYNAMIC_PER_ROW = ROW_TENSOR_SF_MODES[1]  # the launch mode of tensor_sf="dynamic_per_row"
@@ -353,7 +397,7 @@ class Op:
     kernels: Kernels
     inputs: tuple[Array, ...] = ()
     tensor_scale: TensorScale | None = None
-    options: tuple[Choice | Flag | Number | Width, ...] = ()
+    options: tuple[Option, ...] = ()
     call: Mapping[str, str] = field(default_factory=dict)
     out_keywords: bool = True
     configurable: bool = True

@@ -26,7 +26,7 @@ import numpy as np
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, expert_count, expert_scales, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, DYNAMIC_PER_ROW, SAME_SCALE, Array, Geometry, Number, Op
+from .declare import DYNAMIC, DYNAMIC_PER_ROW, LAUNCHED, SAME_SCALE, Array, Geometry, Op
 from .plans import plans
 from .streams import stream_handle
 
@@ -67,9 +67,9 @@ class Plan:
             self.fixed.update(tensor_sf_value=0.0, tensor_sf_ptr=0)
         if g.experts:
             self.fixed.update(experts=g.experts, sf_blocks=g.sf_blocks, batch_rows=g.batch_rows)
-        self.fixed.update((c.name, c.launch_value(g.options[c.name])) for c in op.options if isinstance(c, Number))
+        self.fixed.update((c.name, c.launch_value(g.options[c.name])) for c in op.options if isinstance(c, LAUNCHED))
         # The kernel configs' call fields these options and this input fix.
-        self.call = {c.field: g.options[c.name] for c in op.options if c.field is not None}
+        self.call = {c.field: c.call_value(g.options[c.name]) for c in op.options if c.field is not None}
         self.call.update(op.call, fmt=op.fmt)
         if op.main.field is not None:
             self.call[op.main.field] = op.main.dtypes[view.dtype]

@@ -8,7 +8,8 @@ from torch's caching allocator instead, with the same interface.)
 
 An allocator takes a role, which fixes the element type: ``q`` (packed
 e2m1 pairs), ``sf_nvfp4`` / ``sf_mxfp4`` (e4m3 / e8m0 scale bytes),
-``bfloat16`` and ``float32`` (dequantized values), ``scale`` (float32 global
+``bfloat16``, ``float16``, ``uint16`` (bf16 bits) and ``float32`` (dequantized or
+fake-quantized values), ``scale`` (float32 global
 scale and its partial maxima), and returns ``(array, address)``.
 """
 
@@ -20,7 +21,7 @@ from .arrays import cupy
 
 # Per role, the CuPy element type.
 _CUPY_DTYPES = {"q": np.uint8, "sf_nvfp4": np.uint8, "sf_mxfp4": np.uint8, "bfloat16": np.uint16,
-                "float32": np.float32, "scale": np.float32}
+                "float16": np.float16, "uint16": np.uint16, "float32": np.float32, "scale": np.float32}
 
 
 class _RawStream:

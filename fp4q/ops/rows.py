@@ -22,7 +22,7 @@ def alignment_obstacle(plan, pointers: list[int]) -> str | None:
         return f"{op.main.name}'s base address {pointers[0]:#x} is not 16-byte aligned"
     if (view.row_stride * view.itemsize) % 16:
         return f"{op.main.name}'s row stride of {view.row_stride * view.itemsize} bytes is not a multiple of 16"
-    tiled = plan.call["sf_layout"] != "linear"
+    tiled = plan.call.get("sf_layout") != "linear"  # an op without scales has no sf_layout
     for array, ptr in zip((*op.inputs, *op.outputs), pointers[1:]):
         # Expert offsets and batch counts are read 4 bytes at a time.
         if ptr % 16 and array.kind not in ("offsets", "counts") and (array.kind not in ("scales", "scales_t") or tiled):

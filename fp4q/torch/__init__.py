@@ -1,7 +1,9 @@
 """fp4q in PyTorch: the ops as ``torch.ops.fp4q.*``, Python wrappers that return
 torch tensors, and vLLM's ``scaled_fp4_quant``, ``silu_and_mul_nvfp4_quant``,
 ``scaled_fp4_experts_quant`` and ``silu_and_mul_scaled_fp4_experts_quant``
-(``fp4q.torch.peers`` and ``fp4q.torch.peers_moe`` have those and FlashInfer's calls).
+(``fp4q.torch.peers`` and ``fp4q.torch.peers_moe`` have those and FlashInfer's calls), and
+``fake_quantize_nvfp4_ste``, fake quantization with the straight-through gradient for
+quantization-aware training (``fp4q.torch.qat``).
 
 ``import fp4q.torch`` registers the ops (``import fp4q`` never imports torch).
 Every op runs fp4q's one call path (``fp4q.ops``: the same rules, plans and
@@ -35,6 +37,7 @@ from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
 from .peers import scaled_fp4_quant, silu_and_mul_nvfp4_quant
+from .qat import FakeQuantizeNVFP4STE, fake_quantize_nvfp4_ste
 from .peers_moe import scaled_fp4_experts_quant, silu_and_mul_scaled_fp4_experts_quant
 
 ops = torch.ops.fp4q
@@ -43,7 +46,8 @@ __all__ = ["quantize_nvfp4", "quantize_mxfp4", "silu_and_mul_quantize_nvfp4", "s
            "rms_norm_quantize_nvfp4", "rms_norm_quantize_mxfp4", "quantize_nvfp4_experts",
            "silu_and_mul_quantize_nvfp4_experts", "quantize_nvfp4_batched", "silu_and_mul_quantize_nvfp4_batched",
            "quantize_nvfp4_training",
-           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale",
+           "dequantize_nvfp4", "dequantize_mxfp4", "global_scale", "fake_quantize_nvfp4", "fake_quantize_nvfp4_ste",
+           "FakeQuantizeNVFP4STE",
            "scaled_fp4_quant", "silu_and_mul_nvfp4_quant", "scaled_fp4_experts_quant",
            "silu_and_mul_scaled_fp4_experts_quant", "schemas"]
 
@@ -180,3 +184,4 @@ silu_and_mul_quantize_nvfp4_experts = _FUNCTIONS["silu_and_mul_quantize_nvfp4_ex
 quantize_nvfp4_batched = _FUNCTIONS["quantize_nvfp4_batched"]
 silu_and_mul_quantize_nvfp4_batched = _FUNCTIONS["silu_and_mul_quantize_nvfp4_batched"]
 quantize_nvfp4_training = _FUNCTIONS["quantize_nvfp4_training"]
+fake_quantize_nvfp4 = _FUNCTIONS["fake_quantize_nvfp4"]

@@ -28,13 +28,14 @@ import torch
 from ..ops.api import ALL_OPS
 from ..ops.arrays import DEVICE, device_expert_scales, device_scale, expert_count, tensor_scale, torch_operand
 from ..ops.checks import check_operand
-from ..ops.declare import DYNAMIC, Flag, Number, Op, Width
+from ..ops.declare import DYNAMIC, Flag, Integer, Number, Op, Width
 from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
 
 ROLE_DTYPES = {"q": torch.uint8, "sf_nvfp4": torch.float8_e4m3fn, "sf_mxfp4": torch.float8_e8m0fnu,
-               "bfloat16": torch.bfloat16, "float32": torch.float32, "scale": torch.float32}
+               "bfloat16": torch.bfloat16, "float16": torch.float16, "uint16": torch.uint16, "float32": torch.float32,
+               "scale": torch.float32}
 _devices: dict[int, torch.device] = {}
 
 
@@ -100,13 +101,16 @@ def schema_name(choice) -> str:
 
 def schema_option(option) -> str:
     """An option's schema argument, with its default: a float for a number, an optional int
-    for a width, else a str."""
+    for a width, a bool for a flag, an int (optional where None is allowed) for an integer,
+    else a str."""
     if isinstance(option, Number):  # 17 significant digits, as torch prints a schema's float
         return f"float {option.name}={option.default:.17g}"
     if isinstance(option, Width):
         return f"int? {option.name}=None"
     if isinstance(option, Flag):
         return f"bool {option.name}={option.default}"
+    if isinstance(option, Integer):
+        return f"int? {option.name}=None" if option.optional else f"int {option.name}={option.default}"
     return f'str {schema_name(option)}="{option.default}"'
 
 

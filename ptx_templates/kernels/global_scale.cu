@@ -1,6 +1,7 @@
 // Second pass of the dynamic global scale (NVFP4_SPEC.md "Global scale"):
 // one CTA reduces the `count` partial maxima of the amax pass and writes the
-// scale of their maximum (NaN never reaches here: the amax pass drops it).
+// scale of their maximum (NaN never reaches here: the amax pass drops it);
+// FP4Q_FOUR_OVER_SIX: 4/6's scale, 1536 / amax.
 #include "numerics/global_scale.cuh"
 #include "pipeline/pdl.cuh"
 
@@ -14,5 +15,5 @@ fp4q_global_scale(const float* __restrict__ partial, i32 count, float* __restric
         m = v > m ? v : m;
     }
     m = block_max_u32<SCALE_THREADS>(m);
-    if (threadIdx.x == 0) *scale = global_scale_of_amax(m);
+    if (threadIdx.x == 0) *scale = global_scale_of_amax(m, FP4Q_FOUR_OVER_SIX ? 1536.0f : 2688.0f);
 }

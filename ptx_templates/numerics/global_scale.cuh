@@ -22,10 +22,12 @@ FP4Q_DEVICE u32 block_max_u32(u32 v) {
     return v;
 }
 
-// The scale from the bits of the non-NaN amax: min(float32(2688 / amax),
-// 2^100), correctly rounded, or 1.0 when amax is 0 or infinite.
-FP4Q_DEVICE float global_scale_of_amax(u32 amax_bits) {
+// The scale from the bits of the non-NaN amax: min(float32(numerator / amax),
+// 2^100), correctly rounded, or 1.0 when amax is 0 or infinite. The numerator
+// is 448 * 6, or 256 * 6 under 4/6, whose map-to-4 candidate would otherwise
+// need scales up to 448 * 1.5 (NVFP4_SPEC.md, training quantizers: "Tensor scales").
+FP4Q_DEVICE float global_scale_of_amax(u32 amax_bits, float numerator = 2688.0f) {
     const float amax = f32_from_bits(amax_bits);
     const bool degenerate = amax == 0.0f || amax_bits == 0x7F800000u;
-    return degenerate ? 1.0f : min_f32(div_rn(2688.0f, amax), 0x1p100f);
+    return degenerate ? 1.0f : min_f32(div_rn(numerator, amax), 0x1p100f);
 }
