@@ -319,8 +319,8 @@ def test_a_registered_kernel_hands_its_arguments_to_the_ops_call_path(monkeypatc
     assert inputs == given[:sig.inputs] and (stream, config, pdl) == (None, None, True)
     assert options == tuple(c.default for c in sig.op.options)
     scale = sig.dynamic or (given[sig.inputs] if sig.has_scale else None)  # a string computes the scale(s)
-    if sig.op.columnwise_scale is not None:  # one tuple: the columnwise scale's and the per-call defaults
-        scale = (scale, None, *(v.default for v in sig.op.per_call))
+    if len(sig.op.scalars) > 1:  # one tuple: the scale, any columnwise scale's and the per-call defaults
+        scale = (scale, *((None,) if sig.op.columnwise_scale is not None else ()), *(v.default for v in sig.op.per_call))
     assert tensor_sf == scale
     assert buffers == (given[sig.inputs + sig.has_scale:][:sig.out_count] if sig.outs else (None,) * len(sig.op.outputs))
     assert allocate is library.OUTPUTS[False]

@@ -15,8 +15,8 @@ from .spec import KernelSpec, StrideGrid, params, simt_spec
 from .walk import UNIT_DIVISOR_PARAMS
 
 FAKE_QUANTIZE_PARAMS = (*params(("x", "ptr"), ("out", "ptr"), ("tensor_sf_value", "f32"), ("tensor_sf_ptr", "ptr"),
-                                ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("seed", "i64"),
-                                ("offset", "i64"), ("hadamard", "u32")),
+                                ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"), ("seed", "u64"),
+                                ("offset", "u64"), ("hadamard", "u32")),
                         *UNIT_DIVISOR_PARAMS, *params(("partial", "ptr")))
 FAKE_QUANTIZE_WAVES = 4  # grid-stride CTAs per SM slot
 # The options that are compile-time flags: (config field, template flag).

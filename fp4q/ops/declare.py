@@ -313,11 +313,11 @@ class Flag:
     doc: str = ""
 
     def check(self, value) -> None:
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{self.name} must be a bool, got {value!r} ({type(value).__name__})")
+        if type(value) is not bool:
+            raise TypeError(f"{self.name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
 
     def call_value(self, value) -> bool:
-        return bool(value)
+        return value
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from ..kernels.fake_quantize import FakeQuantizeConfig
 from ..kernels.global_scale import GlobalScaleConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
-from .declare import DYNAMIC, Array, Flag, Geometry, Integer, Op, TensorScale
+from .declare import DYNAMIC, Array, Flag, Geometry, Integer, Op, PerCall, TensorScale
 from .global_scale import X
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import alignment_obstacle
@@ -23,8 +23,9 @@ def _launch(cfg: FakeQuantizeConfig, plan, dev, slots) -> KernelLaunch:
     per_row = cfg.units_per_row(plan.geometry.k)
     units = plan.view.rows // (GROUP if cfg.block_2d else 1) * per_row
     grid = cfg.spec.grid.size(units, dev.sm_count, kernel.ctas_per_sm)
-    # What a pass does not take is 0: the partial maxima, or the output and scale of the amax pass.
-    fixed = {"partial": 0, "out": 0, "tensor_sf_value": 0.0, "tensor_sf_ptr": 0, **plan.fixed,
+    # What a pass does not take is 0: the partial maxima, or the output, scale and random bits' seed
+    # and offset of the amax pass.
+    fixed = {"partial": 0, "out": 0, "tensor_sf_value": 0.0, "tensor_sf_ptr": 0, "seed": 0, "offset": 0, **plan.fixed,
              **dict(unit_divisor(per_row))}
     return KernelLaunch(cfg, kernel, grid, slots, fixed)
 
@@ -55,14 +56,15 @@ class DynamicPasses:
         return self, None
 
     def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
-        """``values``: the op's dynamic slots (x, out, tensor_sf_value, tensor_sf_ptr, tensor_sf_out)."""
-        x, out, scale = values[0], values[1], values[-1]
+        """``values``: the op's dynamic slots (x, out, tensor_sf_value, tensor_sf_ptr, seed, offset,
+        tensor_sf_out)."""
+        x, out, _, _, seed, offset, scale = values
         partial = scale + 4
         if self.amax is not None:
             self.amax(stream, pdl, (x, partial))
         self.scale(stream, pdl, (partial, scale))
         if self.quantize is not None:
-            self.quantize(stream, pdl, (x, out, 0.0, scale))
+            self.quantize(stream, pdl, (x, out, 0.0, scale, seed, offset))
 
 
 class FakeQuantizeKernels:
@@ -125,15 +127,15 @@ transformed back after, to simulate the columnwise operand of ``x.T``; not with
                                  "(computed on the device so, and returned after ``out``)"),
     options=(Flag("block_2d", "block_2d", doc="one scale per 16x16 block of ``x`` (M a multiple of 16)"),
              Flag("stochastic", "stochastic", doc="round stochastically (Philox4x32-10 of ``seed``, ``offset``)"),
-             Integer("seed", 64, doc="the stochastic rounding's key, ``0 <= seed < 2**64``"),
-             Integer("offset", 64, doc="the stochastic rounding's counter base, ``0 <= offset < 2**64``: "
-                                       "a new one per call"),
              Integer("hadamard", 16, default=None, optional=True, field="hadamard",
                      doc="``None`` or a 16-bit sign mask: the random Hadamard transform of each group, "
                          "inverted after dequantization"),
              Flag("four_over_six", "four_over_six", doc="4/6: per group (block), the scale mapping its amax to "
                                                         "4 where its squared error is smaller")),
     outputs=(Array("out", "like_main", doc="the fake-quantized values, ``x``'s shape and dtype"),),
+    per_call=(PerCall("seed", doc="the stochastic rounding's Philox key, an int in ``[0, 2**64)``"),
+              PerCall("offset", doc="the stochastic rounding's Philox counter base, an int in ``[0, 2**64)``: a new "
+                                    "one per call")),
     kernels=FakeQuantizeKernels(),
     rules=check_combination,
 )

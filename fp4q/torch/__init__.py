@@ -96,6 +96,11 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
         return _eager(op, inputs, tensor_sf, options, buffers, stream, config, pdl, fp4_dtype)
     if op.result is not None:
         return dispatch_result(entry, inputs, tensor_sf, options, buffers, pdl, fp4_dtype)
+    calls: tuple = ()
+    if op.per_call:  # the tensor scale, then the per-call values
+        scales, (tensor_sf, *calls) = tensor_sf, tensor_sf
+        if not _fit_schema(calls):
+            return _eager(op, inputs, scales, options, buffers, stream, config, pdl, fp4_dtype)
     scale: tuple = ()
     if op.tensor_scale is None:
         kind = "none"
@@ -112,17 +117,24 @@ def dispatch(entry: Entry, inputs: tuple, tensor_sf, options: tuple, buffers: tu
             missing += 1
     if missing == len(buffers):
         registered, sig = table[(kind, False)]
-        return registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype))
+        return registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype, calls))
     if missing:
         dtypes = OUTPUTS[fp4_dtype].dtypes
         specs = fake_outputs(op, inputs, tensor_sf, options)
         buffers = tuple(torch.empty(spec.shape, dtype=dtypes[spec.role], device=inputs[0].device) if b is None else b
                         for spec, b in zip(specs, buffers))
     registered, sig = table[(kind, True)]
-    result = registered(*sig.arguments_of(inputs, scale, buffers, options, pdl, False))
+    result = registered(*sig.arguments_of(inputs, scale, buffers, options, pdl, False, calls))
     if sig.dynamic:
         return (*buffers, result)
     return buffers[0] if len(buffers) == 1 else buffers
+
+
+def _fit_schema(calls) -> bool:
+    """Whether per-call values fit a schema's int64 (no int, or one of 2**63 or more, goes to
+    the ops layer, which names its rule); a traced SymInt goes to the schema, and the op checks
+    its value when it runs."""
+    return all(isinstance(v, torch.SymInt) or (type(v) is int and 0 <= v < 2**63) for v in calls)
 
 
 def dispatch_result(entry: Entry, inputs: tuple, scales: tuple, options: tuple, buffers: tuple, pdl, fp4_dtype):
@@ -137,16 +149,13 @@ def dispatch_result(entry: Entry, inputs: tuple, scales: tuple, options: tuple, 
             else tensor_sf if type(tensor_sf) is str else "")  # "": a kind no schema takes
     same = columnwise is None or (kind == "Tensor" and isinstance(columnwise, torch.Tensor)) or (
         kind == "float" and type(columnwise) is float) or (kind == DYNAMIC and columnwise == DYNAMIC)
-    # A per-call value a schema's int64 cannot hold (or no int: the ops layer names its rule); a traced
-    # SymInt goes to the schema, and the op checks its value when it runs.
-    fits = all(isinstance(v, torch.SymInt) or (type(v) is int and 0 <= v < 2**63) for v in calls)
-    found = (entry.registered.get((kind, False)) if same and fits and not any(b is not None for b in buffers)
-             else None)
+    found = (entry.registered.get((kind, False)) if same and _fit_schema(calls)
+             and not any(b is not None for b in buffers) else None)
     if found is None:
         return _eager(op, inputs, scales, options, buffers, None, None, pdl, fp4_dtype)
     registered, sig = found
-    scale = (*(() if sig.dynamic else (tensor_sf, columnwise)), *calls)
-    returned = registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype))
+    scale, scalars = ((), tuple(calls)) if sig.dynamic else ((tensor_sf,), (columnwise, *calls))
+    returned = registered(*sig.arguments_of(inputs, scale, (), options, pdl, fp4_dtype, scalars))
     assert op.result is not None
     outputs = [r if i is None or options[i] else None for i, r in zip(entry.when, returned)]
     used = [returned[-1] if sig.dynamic else tensor_sf] * 2

@@ -134,6 +134,10 @@ class Signature:
                                             for a in op.inputs)]
         if scale is not None and op.tensor_scale is not None:
             args.append(f"{scale} {op.tensor_scale.name}")
+        # The mutated outputs, before every argument with a default.
+        self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
+        if outs:
+            args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
         # The columnwise scale, of the tensor scale's type (None: tensor_sf's); a dynamic op computes both.
         self.has_columnwise = scale is not None and op.columnwise_scale is not None
         if self.has_columnwise:
@@ -142,9 +146,6 @@ class Signature:
         # The per-call values: torch's int64 (below 2**63 here), symbolic under torch.compile, so that a
         # new value (an offset advanced each step) is no recompile.
         args += [f"SymInt {v.name}={v.default}" for v in op.per_call]
-        self.out_count = sum(1 for o in op.outputs if not o.late) if outs else 0
-        if outs:
-            args += [f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(op.outputs) if not o.late]
         self.lead = sum(1 for c in op.options if not isinstance(c, Width))
         lead, tail = op.options[:self.lead], op.options[self.lead:]
         if any(not isinstance(c, Width) for c in tail):
@@ -173,14 +174,14 @@ class Signature:
         inputs = args[:i]
         tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
         i += self.has_scale
+        buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
+        i += self.out_count
         if len(self.op.scalars) > 1:  # the ops layer takes them as one tuple
             columnwise = (args[i] if self.has_columnwise else None,) if self.op.columnwise_scale is not None else ()
             i += self.has_columnwise
             calls = args[i:i + len(self.op.per_call)]
             i += len(self.op.per_call)
             tensor_sf = (tensor_sf, *columnwise, *calls)
-        buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
-        i += self.out_count
         options = args[i:i + self.lead]
         i += self.lead
         pdl = args[i]
@@ -188,9 +189,11 @@ class Signature:
         options += args[i + 1 + self.fp4:]
         return inputs, tensor_sf, options, buffers, pdl, fp4_dtype
 
-    def arguments_of(self, inputs: tuple, scale: tuple, buffers: tuple, options: tuple, pdl, fp4_dtype) -> tuple:
-        """A call's arguments in the schema's order (``split`` takes them apart)."""
-        return (*inputs, *scale, *buffers, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
+    def arguments_of(self, inputs: tuple, scale: tuple, buffers: tuple, options: tuple, pdl, fp4_dtype,
+                     scalars: tuple = ()) -> tuple:
+        """A call's arguments in the schema's order (``split`` takes them apart); ``scalars``:
+        the columnwise scale where the schema takes one, then the per-call values."""
+        return (*inputs, *scale, *buffers, *scalars, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
                 *options[self.lead:])
 
     def returned(self, result, main, fp4_dtype: bool):

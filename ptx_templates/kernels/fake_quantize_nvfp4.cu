@@ -113,8 +113,8 @@ FP4Q_DEVICE ScaleCandidate unit_scale(const u16* x, i64 x_row_stride, const floa
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS)
 fp4q_fake_quantize_nvfp4(const u16* __restrict__ x, u16* __restrict__ out, float tensor_sf_value,
-                         const float* __restrict__ tensor_sf_ptr, i64 x_row_stride, i32 rows, i32 cols, i64 seed,
-                         i64 offset, u32 hadamard, u32 unit_magic, u32 unit_shift, float* __restrict__ partial) {
+                         const float* __restrict__ tensor_sf_ptr, i64 x_row_stride, i32 rows, i32 cols, u64 seed,
+                         u64 offset, u32 hadamard, u32 unit_magic, u32 unit_shift, float* __restrict__ partial) {
     // unit_magic and unit_shift divide by the groups per row (FakeQuantizeConfig.units_per_row).
     RowWalk unit(grid_thread(), grid_threads(), Divisor{static_cast<u32>(cols / 16), unit_magic, unit_shift});
     pdl_wait();
@@ -146,7 +146,7 @@ fp4q_fake_quantize_nvfp4(const u16* __restrict__ x, u16* __restrict__ out, float
         const ScaleCandidate c = unit_scale(src, x_row_stride, v, amax, tsf, hadamard);
         for (int r = 0; r < BLOCK_ROWS; ++r) {
             if constexpr (FP4Q_BLOCK_2D) load_group(src + r * x_row_stride, hadamard, v);
-            fake_quantize_group(v, c, (row + r) * groups + unit.col, static_cast<u64>(seed), static_cast<u64>(offset),
+            fake_quantize_group(v, c, (row + r) * groups + unit.col, seed, offset,
                                 hadamard, out + (row + r) * cols + col);
         }
     }
