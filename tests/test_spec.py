@@ -71,7 +71,7 @@ def test_signature_reader_sees_a_wrong_list():
 
 def test_param_kind_is_checked():
     with pytest.raises(ValueError, match="Param kind must be one of"):
-        Param("x", "u8")
+        Param("x", "f64")
 
 
 @pytest.mark.parametrize("rows, cols, persistent, sms, per_sm, expected", [
