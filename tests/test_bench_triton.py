@@ -212,3 +212,13 @@ def test_the_kernel_compiles_for_hopper_without_a_gpu(tile, even):
     source = ASTSource(fn=kernel, signature=dict(zip(names, types)), constexprs=constexprs)
     compiled = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": tile[2]})
     assert compiled.asm["cubin"][:4] == b"\x7fELF"
+
+
+def test_the_tuning_space_fits_each_shape():
+    from scripts.bench import tune_triton
+
+    assert all(8 <= bm * bk // (32 * w) <= 32 and bk % 64 == 0 for bm, bk, w in tune_triton.SPACE)
+    assert tune_triton.space_for(4096, 7168) == list(tune_triton.SPACE)
+    small = tune_triton.space_for(3, 48)  # one scale word per row: tiles of 128 columns
+    assert small and all(bk == 128 for _, bk, _ in small)
+    assert tune_triton.parse_shapes("1x4096,8192X8192") == [(1, 4096), (8192, 8192)]

@@ -89,6 +89,16 @@ def tune_shape(torch, cp, fp4q, timing, m: int, k: int, args) -> dict:
     return dict(m=m, k=k, copy_us=round(copy.median_us, 3), best=best, tiles=results)
 
 
+def write_table(path: pathlib.Path, torch, shapes: list[dict]) -> None:
+    """The tuned table: each shape's fastest bit-exact tile ("best", what bench_triton.TUNED reads) and
+    every tile's time."""
+    table = dict(device=torch.cuda.get_device_name(), triton=bench_triton.triton.__version__,
+                 date=datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+                 best=[dict(m=s["m"], k=s["k"], **s["best"], copy_us=s["copy_us"]) for s in shapes if s["best"]],
+                 shapes=shapes)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from scripts.bench.bench import DEFAULT_SHAPES
@@ -114,6 +124,7 @@ def main(argv=None) -> int:
     for m, k in args.shapes:
         shape = tune_shape(torch, cp, fp4q, timing, m, k, args)
         shapes.append(shape)
+        write_table(args.out, torch, shapes)  # after every shape: a run cut short keeps what it measured
         wrong = [r for r in shape["tiles"] if not r["exact"]]
         bad += [f"{m}x{k} tile {r['block_m']}x{r['block_k']}/{r['warps']}w is not bit-exact" for r in wrong]
         best = shape["best"]
@@ -125,11 +136,6 @@ def main(argv=None) -> int:
         print(f"{m}x{k}: best {best['block_m']}x{best['block_k']}/{best['warps']}w {best['us']:.2f} us, "
               f"copy {shape['copy_us']:.2f} us, {best['us'] / shape['copy_us']:.2f}x of the copy "
               f"({len(shape['tiles'])} tiles; next: {runners})", flush=True)
-    table = dict(device=torch.cuda.get_device_name(), triton=bench_triton.triton.__version__,
-                 date=datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-                 best=[dict(m=s["m"], k=s["k"], **s["best"], copy_us=s["copy_us"]) for s in shapes if s["best"]],
-                 shapes=shapes)
-    args.out.write_text(json.dumps(table, indent=1) + "\n")
     print(f"wrote {args.out}")
     for line in bad:
         print(f"NOT BIT-EXACT: {line}", file=sys.stderr)
