@@ -25,16 +25,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 logs=${OUT:-budget-check-logs}
 mkdir -p "$logs"
-export PYTHONUNBUFFERED=1 FP4Q_REQUIRE_GPU=1  # pytest fails instead of skipping the GPU tests
-status=0
-step() {
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  (cd "$root" && timeout "$limit" "$@") >"$logs/$name.log" 2>&1
-  local rc=$?
-  printf '%-7s exit %-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$logs/$name.log")"
-  [ $rc -eq 0 ] || status=1
-}
+logs=$(cd "$logs" && pwd)
+source "$here/steps.sh"
+cd "$root"
 tests=(test_fp4_math.py test_api.py test_dequantize.py test_global_scale.py test_fuzz.py test_padded_k.py
        test_pre_hopper.py test_silu_and_mul.py test_rms_norm.py test_per_row.py)
 step pytest "${PYTEST_LIMIT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 \

@@ -10,16 +10,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${LOGS:-gpu-check-logs}
 mkdir -p "$logs"
-export PYTHONUNBUFFERED=1 FP4Q_REQUIRE_GPU=1  # pytest fails instead of skipping the GPU tests
-status=0
-step() {
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  printf '%-10s exit %-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$logs/$name.log")"
-  [ $rc -eq 0 ] || status=1
-}
+source "$here/steps.sh"
 sanitize_limit=${SANITIZE_TIMEOUT:-1200}
 step pytest "${PYTEST_LIMIT:-1200}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 "$here/../../tests"
 step sanitize "$((sanitize_limit + 30))" env SANITIZE_LOGS="$logs/sanitize" SANITIZE_TIMEOUT="$sanitize_limit" \
