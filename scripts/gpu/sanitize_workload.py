@@ -40,7 +40,7 @@ DYNAMIC_SHAPE = (2048, 4096)
 SIMT_SHAPES = SHAPES + [(33, 80), (7, 16), (33, 96)]
 # The workload's passes, in order: every shipped quantize config, then the others.
 PASSES = ("quantize", "dequantize", "dynamic_order", "global_scale", "prologues", "rows", "per_row",
-          "layouts_and_padding", "experts")
+          "layouts_and_padding", "experts", "training", "fake_quantize")
 
 
 def main() -> int:
@@ -118,7 +118,9 @@ def main() -> int:
             "rows": lambda: rows_pass(rng, start),
             "per_row": lambda: per_row_pass(rng, start),
             "layouts_and_padding": lambda: layouts_and_padding_pass(rng, start, dequantize_configs),
-            "experts": lambda: experts_pass(rng, start)}
+            "experts": lambda: experts_pass(rng, start),
+            "training": lambda: training_pass(rng, start),
+            "fake_quantize": lambda: fake_quantize_pass(rng, start)}
     for name in PASSES[1:]:
         if name in passes:
             failures += runs[name]()
@@ -370,7 +372,7 @@ def experts_pass(rng, start: float) -> int:
 
     failures = 0
     offsets_cases = [[0, 40, 40, 130], [0, 50, 20, 200], [-7, 3, 3, 99], [130, 130, 130, 130], [5, 6, 7, 125]]
-    for k in (64, 4112, 16384, 32768):
+    for k in (64, 2064, 4112, 16384, 32768):  # every CTA shape of the row kernel
         m = 130
         for silu in (False, True):
             x = bf16(m, 2 * k if silu else k)
@@ -404,6 +406,62 @@ def experts_pass(rng, start: float) -> int:
                     failures += 1
                     print(f"MISMATCH batches K={k} silu={silu} counts={counts}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  experts and batches", flush=True)
+    return failures
+
+
+def _bf16(rng, *shape):
+    return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def training_pass(rng, start: float) -> int:
+    """The training quantizer into 0xFF-filled outputs: each direction alone and both, 16x16
+    blocks, stochastic rounding, tiles cut by M and K, both layouts, a given and a dynamic
+    scale; every output byte is written."""
+    failures = 0
+    for m, k in ((16, 16), (144, 400), (272, 2064)):
+        x = _bf16(rng, m, k)
+        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+            for block_2d in (False, True):
+                for stochastic in (False, True):
+                    for layout in ("swizzled", "linear"):
+                        for tsf in (0.75, "dynamic"):
+                            options = dict(rowwise=rowwise, columnwise=columnwise, block_2d=block_2d,
+                                           stochastic=stochastic, seed=7, offset=3, sf_layout=layout)
+                            want = reference.quantize_nvfp4_training(x, tsf, **options)
+                            buffers = {name: cp.full(getattr(want, field).shape, 0xFF, cp.uint8)
+                                       for name, field in (("out", "q"), ("sf_out", "sf"), ("out_t", "q_t"),
+                                                           ("sf_t_out", "sf_t")) if getattr(want, field) is not None}
+                            got = fp4q.quantize_nvfp4_training(cp.asarray(x), tsf, **options, **buffers)
+                            same = all(np.array_equal(cp.asnumpy(getattr(got, f)), getattr(want, f))
+                                       for f in ("q", "sf", "q_t", "sf_t") if getattr(want, f) is not None)
+                            if not same:
+                                failures += 1
+                                print(f"MISMATCH training {m}x{k} {options} tensor_sf={tsf!r}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  training", flush=True)
+    return failures
+
+
+def fake_quantize_pass(rng, start: float) -> int:
+    """Fake quantization into 0xFF-filled outputs: every option the op combines, a given and a
+    dynamic scale, shapes whose rows are not a multiple of the CTA's."""
+    failures = 0
+    for m, k in ((16, 16), (48, 400), (160, 2064)):
+        x = _bf16(rng, m, k)
+        for block_2d in (False, True):
+            for hadamard in (None,) if block_2d else (None, 0xD7E8):
+                for stochastic in (False, True):
+                    for four_over_six in (False, True):
+                        for tsf in (0.75, "dynamic"):
+                            options = dict(block_2d=block_2d, hadamard=hadamard, stochastic=stochastic, seed=5,
+                                           offset=9, four_over_six=four_over_six)
+                            want = reference.fake_quantize_nvfp4(x, tsf, **options)
+                            out = cp.full(x.shape, 0xFFFF, cp.uint16)
+                            got = fp4q.fake_quantize_nvfp4(cp.asarray(x), tsf, **options, out=out)
+                            values = got[0] if isinstance(got, tuple) else got
+                            if not np.array_equal(cp.asnumpy(values), want):
+                                failures += 1
+                                print(f"MISMATCH fake_quantize {m}x{k} {options} tensor_sf={tsf!r}", flush=True)
+    print(f"{time.perf_counter() - start:7.1f}s  fake quantization", flush=True)
     return failures
 
 
