@@ -94,13 +94,14 @@ class RowConfig(CallFields):
         """The launch bounds' CTAs per SM: 0, ptxas's choice, which holds each row in
         registers, except SiLU·mul's longest rows with a dynamic scale per row, which ptxas
         would cap at 128 registers and spill on sm_90a: one CTA per SM gives them their 167;
-        and SiLU·mul's rows of four units over experts or batches, which ptxas would cap at 64
-        registers with 8 bytes on the stack (batches): three CTAs per SM give them 80."""
+        and SiLU·mul's rows of two and four units over experts or batches, which ptxas would
+        cap at 48 (two units, sm_120f) or 64 registers with 8 bytes on the stack (batches):
+        three CTAs per SM give them up to 80."""
         if self.prologue != "silu_mul":
             return 0
         if self.row_units == 8 and self.tensor_sf_mode == "dynamic_per_row":
             return 1
-        return 3 if self.row_units == 4 and self.segments != "none" else 0
+        return 3 if self.row_units in (2, 4) and self.segments != "none" else 0
 
     @functools.cached_property
     def spec(self) -> KernelSpec[StrideGrid]:
