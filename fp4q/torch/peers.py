@@ -36,7 +36,7 @@ class SfLayout(enum.IntEnum):
     layout_linear = 2
 
 
-def _require_input(t, name: str, group: int, halves: bool = False) -> None:
+def require_input(t, name: str, group: int, halves: bool = False) -> None:
     """The rules every drop-in states in the peer's names: a CUDA tensor, fp16 or bf16, at least
     1-D, its last dimension (``halves``: half of it, which must be even) a multiple of ``group``."""
     if not isinstance(t, torch.Tensor):
@@ -68,16 +68,16 @@ def _scales_2d(sf, layout: str, rows: int):
     if layout == "linear":
         return sf.reshape(rows, sf.shape[-1])
     tile_rows, tile_groups = SF_TILE[layout]
-    return _bytes_as(sf, sf.shape[0] * tile_rows, sf.shape[1] * tile_groups)
+    return bytes_as(sf, sf.shape[0] * tile_rows, sf.shape[1] * tile_groups)
 
 
-def _bytes_as(t, *shape):
+def bytes_as(t, *shape):
     """Contiguous ``t``'s bytes as ``shape``, through the flat view: viewing the 5-D scales as 2-D
     directly makes torch.compile guard on how their sizes group (a recompile per shape class)."""
     return t.view(-1).view(*shape)
 
 
-def _global_scale(t, name: str, rows: int | None = None):
+def peer_global_scale(t, name: str, rows: int | None = None):
     """A peer's quantize-direction global scale as fp4q's device tensor_sf: one element, or,
     where the peer takes them (``rows`` given), one per row."""
     if not isinstance(t, torch.Tensor):
@@ -111,7 +111,7 @@ def scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout=True, back
     layout ``[round_up(m, 8), round_up(n // 16, 4)]`` (no padding). The bits
     are the spec's, which can differ from vLLM's CUDA kernel (docs/torch.md).
     """
-    _require_input(input, "input", 1)  # K's rule is the op's, with its message
+    require_input(input, "input", 1)  # K's rule is the op's, with its message
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {type(backend).__name__}")
     rows = input.reshape(-1, input.shape[-1])
@@ -134,7 +134,7 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
     ``(round_up(M, 128), round_up(N // 16, 4) // 4)``, or their bytes as uint8 or
     float8_e4m3fn ``(round_up(M, 128), round_up(N // 16, 4))``), with the float32
     one-element ``input_global_scale`` read on the device. Returns nothing."""
-    _require_input(input, "input", 16, halves=True)
+    require_input(input, "input", 16, halves=True)
     if input.dim() != 2:
         raise ValueError(f"input must be 2-D (M, 2N), got shape {tuple(input.shape)}")
     m, n = input.shape[0], input.shape[1] // 2
@@ -152,8 +152,8 @@ def silu_and_mul_nvfp4_quant(result, result_block_scale, input, input_global_sca
         raise TypeError(f"result_block_scale must be int32, uint8 or float8_e4m3fn, got {scale.dtype}")
     if not scale.is_contiguous():
         raise ValueError("result_block_scale must be contiguous")
-    ops.silu_and_mul_quantize_nvfp4_out.Tensor(input, _global_scale(input_global_scale, "input_global_scale"),
-                                               result, _bytes_as(scale, rows // 128, cols // 4, 32, 4, 4),
+    ops.silu_and_mul_quantize_nvfp4_out.Tensor(input, peer_global_scale(input_global_scale, "input_global_scale"),
+                                               result, bytes_as(scale, rows // 128, cols // 4, 32, 4, 4),
                                                "swizzled", True)
 
 
@@ -179,7 +179,7 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     if (sf_vec_size, bool(sf_use_ue8m0)) not in ((16, False), (32, True)):
         raise ValueError(f"sf_vec_size and sf_use_ue8m0 must be 16 and False (NVFP4) or 32 and True (MXFP4), got "
                          f"{sf_vec_size!r} and {sf_use_ue8m0!r}")
-    _require_input(input, "input", sf_vec_size)
+    require_input(input, "input", sf_vec_size)
     if input.dim() == 2 and input.shape[1] > 1 and input.stride(1) != 1:
         raise ValueError("input must be row-major (its last dimension contiguous): fp4q does not quantize a "
                          "column-major input as its transpose")
@@ -190,7 +190,7 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
         return q, _scales_2d(sf, layout, rows)
     if global_scale is None:
         raise ValueError("global_scale is required for NVFP4 (sf_vec_size=16)")
-    scale = _global_scale(global_scale, "global_scale", rows)
+    scale = peer_global_scale(global_scale, "global_scale", rows)
     if is_global_scale_inversed:
         scale = torch.reciprocal(scale)
     q, sf = ops.quantize_nvfp4.Tensor(input, scale, layout, _pdl(enable_pdl), False)
@@ -222,7 +222,7 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
     if not per_token_activation:
         return fp4_quantize(a, a_global_sf, 16, False, layout != SfLayout.layout_linear,
                             layout == SfLayout.layout_8x4, False, enable_pdl, backend)
-    _require_input(a, "a", 16)
+    require_input(a, "a", 16)
     if not isinstance(a_global_sf, torch.Tensor) or a_global_sf.numel() != 1:
         raise ValueError(f"a_global_sf must be a tensor of one element with per_token_activation=True, got "
                          f"{tuple(a_global_sf.shape) if isinstance(a_global_sf, torch.Tensor) else a_global_sf!r}")
@@ -242,10 +242,10 @@ def silu_and_mul_nvfp4_quantize(input, global_scale, sf_vec_size=16, is_sf_swizz
     ``(M, K // 2)``, scales as ``fp4_quantize``'s."""
     if sf_vec_size != 16:
         raise ValueError(f"sf_vec_size must be 16 for silu_and_mul_nvfp4_quantize, got {sf_vec_size!r}")
-    _require_input(input, "input", 16, halves=True)
+    require_input(input, "input", 16, halves=True)
     layout = _layout(is_sf_swizzled_layout, is_sf_8x4_layout)
     rows = input.reshape(-1, input.shape[-1])
-    q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, _global_scale(global_scale, "global_scale"), layout,
+    q, sf = ops.silu_and_mul_quantize_nvfp4.Tensor(rows, peer_global_scale(global_scale, "global_scale"), layout,
                                                    _pdl(enable_pdl), False)
     return q, _scales_2d(sf, layout, rows.shape[0])
 
@@ -274,12 +274,12 @@ def _rms_norm(input, weight, residual, y_fp4, block_scale, global_scale, eps, bl
     """FlashInfer's RMSNorm quantizers on fp4q's ops: the outputs, allocated where not given (the
     swizzled scales as a flat byte buffer, FlashInfer's shape)."""
     fmt = _formats(block_size, scale_format)
-    _require_input(input, "input", block_size)
+    require_input(input, "input", block_size)
     layout = "swizzled" if is_sf_swizzled_layout else "linear"
     add = "" if residual is None else "add_"
     inputs = (input, weight) if residual is None else (input, weight, residual)
     scale = () if fmt == "mxfp4" else (
-        (1.0,) if global_scale is None else (_global_scale(global_scale, "global_scale"),))
+        (1.0,) if global_scale is None else (peer_global_scale(global_scale, "global_scale"),))
     overload = "default" if not scale or not isinstance(scale[0], torch.Tensor) else "Tensor"
     options = (eps, layout) if fmt == "nvfp4" else (eps, "rceil", layout)
     rows, groups = math.prod(input.shape[:-1]), input.shape[-1] // block_size
@@ -293,7 +293,7 @@ def _rms_norm(input, weight, residual, y_fp4, block_scale, global_scale, eps, bl
         raise ValueError("y_fp4 and block_scale must be given together (fp4q writes both or allocates both)")
     sf = block_scale
     if is_sf_swizzled_layout:
-        sf = _bytes_as(block_scale, -(-rows // 128), -(-groups // 4), 32, 4, 4)
+        sf = bytes_as(block_scale, -(-rows // 128), -(-groups // 4), 32, 4, 4)
     op = getattr(getattr(ops, f"{add}rms_norm_quantize_{fmt}_out"), overload)
     op(*inputs, *scale, y_fp4, sf, *options, _pdl(enable_pdl))
     return y_fp4, block_scale

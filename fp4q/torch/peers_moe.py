@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from .peers import _bytes_as, _global_scale, _require_input, ops
+from .peers import bytes_as, ops, peer_global_scale, require_input
 
 
 # ------------------------------------------------------------------------------------- vLLM
 def _experts(op, input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk, halves: bool):
     """vLLM's per-expert quantizers on fp4q's: the scales as vLLM's 2-D float8_e4m3fn view
     ``(128 * P, 4 * ceil(G / 4))`` of fp4q's blocks."""
-    _require_input(input_tensor, "input_tensor", 16, halves)
+    require_input(input_tensor, "input_tensor", 16, halves)
     if input_tensor.dim() != 2:
         raise ValueError(f"input_tensor must be 2-D (m_topk, {'2k' if halves else 'k'}), got shape "
                          f"{tuple(input_tensor.shape)}")
@@ -29,7 +29,7 @@ def _experts(op, input_tensor, input_global_scale, expert_offsets, blockscale_of
         raise ValueError(f"blockscale_offsets must be a tensor of expert_offsets' shape {tuple(expert_offsets.shape)}, "
                          f"got {got!r}")
     q, sf = op(input_tensor, expert_offsets, input_global_scale, "swizzled", True, False)
-    return q, _bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
+    return q, bytes_as(sf, sf.shape[0] * 128, sf.shape[1] * 4)
 
 
 def scaled_fp4_experts_quant(input_tensor, input_global_scale, expert_offsets, blockscale_offsets, topk):
@@ -56,13 +56,18 @@ def silu_and_mul_scaled_fp4_experts_quant(input_tensor, input_global_scale, expe
 
 
 # ------------------------------------------------------------------------------------- FlashInfer, SGLang
+def _require_batches(a, halves: bool) -> None:
+    """The batched drop-ins' input rules: ``a`` of ``(B, M, K)`` (``(B, M, 2K)`` with ``halves``)."""
+    require_input(a, "a", 16, halves)
+    if a.dim() != 3:
+        raise ValueError(f"a must be 3-D (B, M, {'2K' if halves else 'K'}), got shape {tuple(a.shape)}")
+
+
 def _batched(op, a, mask, a_global_sf, halves: bool):
     """FlashInfer's and SGLang's grouped quantizers on fp4q's masked batches: the outputs as their
     views, ``(M, K // 2, B)`` and ``(32, 4, rm, 4, rk, B)`` of the physical ``(B, M, K // 2)`` and
     ``(B, rm, rk, 32, 4, 4)``."""
-    _require_input(a, "a", 16, halves)
-    if a.dim() != 3:
-        raise ValueError(f"a must be 3-D (B, M, {'2K' if halves else 'K'}), got shape {tuple(a.shape)}")
+    _require_batches(a, halves)
     q, sf = op(a, mask, a_global_sf, "swizzled", True, False)
     return q.permute(1, 2, 0), sf.permute(3, 4, 1, 5, 2, 0)
 
@@ -73,10 +78,8 @@ def nvfp4_batched_quantize(a, a_global_sf, sf_vec_size=16):
     round_up(K // 16, 4))``, every batch under the one-element float32 ``a_global_sf``."""
     if sf_vec_size != 16:
         raise ValueError(f"sf_vec_size must be 16 for nvfp4_batched_quantize, got {sf_vec_size!r}")
-    _require_input(a, "a", 16)
-    if a.dim() != 3:
-        raise ValueError(f"a must be 3-D (B, M, K), got shape {tuple(a.shape)}")
-    scale = _global_scale(a_global_sf, "a_global_sf").expand(a.shape[0]).contiguous()
+    _require_batches(a, False)
+    scale = peer_global_scale(a_global_sf, "a_global_sf").expand(a.shape[0]).contiguous()
     q, sf = ops.quantize_nvfp4_batched.default(a, scale, "swizzled", True, False)
     return q, sf.view(torch.uint8).reshape(a.shape[0], -1)
 
