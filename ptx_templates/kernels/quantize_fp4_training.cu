@@ -154,21 +154,26 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
         for (int j = 0; j < LOADS; ++j) st_shared_v4(tile + tile_chunk(row0 + ROW_STEP * j, chunk), w[j][0], w[j][1], w[j][2], w[j][3]);
     }
 
-    // The rowwise pass: `combine_of(j)` gives the combine step of chunk j's group.
-    const auto rowwise = [&](auto combine_of) {
+    // The rowwise pass. A group's amax: 1D, its two chunks' (a lane pair's);
+    // 2D, its block's, from the columnwise pass.
+    const auto rowwise = [&] {
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
             const i32 row = m0 + row0 + ROW_STEP * j;
             const int group = (k0 + 8 * chunk) / 16;
+            const auto combine = [&](float amax) {
+                if constexpr (BLOCK_2D) return block_amax[j][chunk / 2];
+                else return max_f32(amax, shfl_sync_bfly_b32(amax, 1));
+            };
             u32 code, byte;
             if constexpr (STOCHASTIC) {
                 float inv;
-                byte = group_scale_byte<16>(combine_of(j)(amax_packed(w[j])), tsf.value, tsf.rcp, inv);
+                byte = group_scale_byte<16>(combine(amax_packed(w[j])), tsf.value, tsf.rcp, inv);
                 u32 r[4];
                 group_random_words(seed, offset, static_cast<u64>(row) * groups + group, ROWWISE, r);
                 code = stochastic_codes8(w[j], inv, r[2 * (chunk % 2)], r[2 * (chunk % 2) + 1]);
             } else {
-                const auto run = quantize_run<16, 4>(w[j], tsf.value, tsf.rcp, combine_of(j));
+                const auto run = quantize_run<16, 4>(w[j], tsf.value, tsf.rcp, combine);
                 code = run.q[0];
                 byte = run.sf;
             }
@@ -180,8 +185,7 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
             }
         }
     };
-    const auto pair_amax = [](int) { return [](float amax) { return max_f32(amax, shfl_sync_bfly_b32(amax, 1)); }; };
-    if constexpr (WRITES_ROWWISE && !BLOCK_2D) rowwise(pair_amax);
+    if constexpr (WRITES_ROWWISE && !BLOCK_2D) rowwise();
 
     // One column group's codes (two words) and scale byte. 2D blocks: both
     // directions take the block's amax and tensor_sf.
@@ -247,7 +251,7 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
     }
     if constexpr (ROWWISE_PASS && BLOCK_2D) {
         __syncthreads();
-        rowwise([=](int j) { return [=](float) { return block_amax[j][chunk / 2]; }; });
+        rowwise();
     }
     if constexpr (TRANSPOSE_CODES) {
         __syncthreads();
