@@ -622,11 +622,11 @@ def _opcheck_samples():
         (ops.silu_and_mul_quantize_mxfp4.default, (x, "floor")),
         (ops.silu_and_mul_quantize_mxfp4_out.default, (x, torch.empty_like(hq), torch.empty_like(hmsf))),
         *_rms_norm_samples(x, t), *_per_row_samples(x), *_experts_samples(x), *_training_samples(x[:288], t),
-        (ops.fake_quantize_nvfp4.default, (x, 0.5, False, True, 3, 4, 0xD7E8, True)),
-        (ops.fake_quantize_nvfp4.Tensor, (x, t, False, False, 0, 0, None, True)),
+        (ops.fake_quantize_nvfp4.default, (x, 0.5, 3, 4, False, True, 0xD7E8, True)),
+        (ops.fake_quantize_nvfp4.Tensor, (x, t, 0, 0, False, False, None, True)),
         (ops.fake_quantize_nvfp4_out.default, (x, 0.5, torch.empty_like(x))),
-        (ops.fake_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(x), False, True, 1, 2)),
-        (ops.fake_quantize_nvfp4_dynamic.default, (x, False, True, 1, 2, 0xD7E8, True)),
+        (ops.fake_quantize_nvfp4_out.Tensor, (x, t, torch.empty_like(x), 1, 2, False, True)),
+        (ops.fake_quantize_nvfp4_dynamic.default, (x, 1, 2, False, True, 0xD7E8, True)),
         (ops.fake_quantize_nvfp4_dynamic_out.default, (x, torch.empty_like(x))),
     ]
 
@@ -635,10 +635,10 @@ def _training_samples(x, t):
     """The training quantizer's overloads (x of M = 288 rows), a direction left out in some."""
     ops = torch.ops.fp4q
     return [(ops.quantize_nvfp4_training.default, (x, 0.5)),
-            (ops.quantize_nvfp4_training.default, (x, 0.5, 2.0, True, True, False, "linear")),
-            (ops.quantize_nvfp4_training.Tensor, (x, t, None, False, True, True)),
+            (ops.quantize_nvfp4_training.default, (x, 0.5, 2.0, 0, 0, True, True, False, False, "linear")),
+            (ops.quantize_nvfp4_training.Tensor, (x, t, None, 0, 0, False, True, True)),
             (ops.quantize_nvfp4_training_dynamic.default, (x,)),
-            (ops.quantize_nvfp4_training_dynamic.default, (x, True, False)),
+            (ops.quantize_nvfp4_training_dynamic.default, (x, 0, 0, True, False)),
             (ops.quantize_nvfp4_training.default, (x, 0.5, None, 7, 2**40, True, True, False, True))]
 
 
