@@ -356,7 +356,7 @@ def bench_corner(env) -> list[dict]:
             def run_triton(tsf):
                 q, sf = triton_kernel.outputs(torch, xt)
                 triton_kernel.quantize(xt, t_scalar(tsf), q, sf, triton_kernel.CONFIGS[0])
-                sf = fp4q.unswizzle_sf(as_cupy(cp, sf).reshape(fp4q.swizzled_sf_shape(m, k)), m, k // 16)
+                sf = fp4q.unswizzle_sf(as_cupy(cp, sf).reshape(fp4q.swizzled_sf_shape(m, k)), m, k)
                 return q, sf
 
             contenders.append(("triton (bench_triton)", run_triton))
