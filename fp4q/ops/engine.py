@@ -115,8 +115,8 @@ def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple, experts:
         raise
     if plan is None or plan.config is not config:
         return plans.put(key, Plan(op, main, options, config, experts))
-    for value in options:  # equal to the stored plan's: only a str or float of another type breaks a rule
-        if type(value) is not str and type(value) is not float:
+    for value in options:  # equal to the stored plan's: only a value of another type can break a rule
+        if value is not None and type(value) is not str and type(value) is not float:
             op.option_values(options)
     return plan
 
