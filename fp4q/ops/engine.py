@@ -26,7 +26,8 @@ import numpy as np
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, expert_count, expert_scales, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, DYNAMIC_PER_ROW, LAUNCHED, SAME_SCALE, Array, Geometry, Op
+from .declare import DYNAMIC, DYNAMIC_PER_ROW, SAME_SCALE, Array, Geometry, Op
+from .options import LAUNCHED
 from .plans import plans
 from .streams import stream_handle
 
