@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     builtins = sorted(args.nvrtc.glob("libnvrtc-builtins.so.13.*"))
     if not (args.nvrtc / "libnvrtc.so.13").is_file() or not builtins:
         parser.error(f"--nvrtc must be a folder with libnvrtc.so.13 and libnvrtc-builtins.so.13.*, got {args.nvrtc}")
-    for library in (builtins[0], args.nvrtc / "libnvrtc.so.13"):
-        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(str(builtins[0]), mode=ctypes.RTLD_GLOBAL)
+    loaded = ctypes.CDLL(str(args.nvrtc / "libnvrtc.so.13"), mode=ctypes.RTLD_GLOBAL)
 
     from cuda.bindings import nvrtc
 
@@ -64,7 +64,6 @@ def main(argv=None) -> int:
     from fp4q.kernels.archs import ARCHS
     from fp4q.kernels.variants import all_variants
 
-    loaded = ctypes.CDLL(str(args.nvrtc / "libnvrtc.so.13"))
     major, minor = ctypes.c_int(), ctypes.c_int()
     loaded.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     version = nvrtc.nvrtcVersion()[1:]
