@@ -19,7 +19,8 @@ from ..kernels.call import SF_LAYOUTS
 from ..numerics.reference import DEFAULT_OUT_DTYPE, OUT_DTYPES
 from .arrays import Q_DTYPES
 from .checks import RowsView
-from .declare import Array, Choice, Op, Rows, TensorScale
+from .declare import Array, Op, Rows, TensorScale
+from .options import Choice
 from .plans import NO_LAUNCH, KernelLaunch
 
 # Outputs of at least this many elements take the TMA kernel when no config is given and

@@ -26,7 +26,8 @@ import numpy as np
 from ..kernels.spec import Extent
 from .arrays import ITEMSIZE, NO_TENSOR_SCALE, Operand, as_operand, expert_count, expert_scales, tensor_scale
 from .checks import check_element_aligned, check_operand, check_pdl
-from .declare import DYNAMIC, DYNAMIC_PER_ROW, LAUNCHED, SAME_SCALE, Array, Geometry, Op
+from .declare import DYNAMIC, DYNAMIC_PER_ROW, SAME_SCALE, Array, Geometry, Op
+from .options import LAUNCHED
 from .plans import plans
 from .streams import stream_handle
 
@@ -115,8 +116,8 @@ def plan_for(op: Op, main: Operand, options: tuple, config, key: tuple, experts:
         raise
     if plan is None or plan.config is not config:
         return plans.put(key, Plan(op, main, options, config, experts))
-    for value in options:  # equal to the stored plan's: only a str or float of another type breaks a rule
-        if type(value) is not str and type(value) is not float:
+    for value in options:  # equal to the stored plan's: only a value of another type can break a rule
+        if value is not None and type(value) is not str and type(value) is not float:
             op.option_values(options)
     return plan
 

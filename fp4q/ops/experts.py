@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from ..kernels.rows import MAX_EXPERTS, longest_row
 from .arrays import INPUT_DTYPES
-from .declare import Array, Choice, Op, Rows, TensorScale
+from .declare import Array, Op, Rows, TensorScale
+from .options import Choice
 from .global_scale import INPUT_WHAT
 from .quantize import OUT
 from .rows import ROW_KERNELS

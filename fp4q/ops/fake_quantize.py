@@ -10,7 +10,8 @@ from ..kernels.fake_quantize import FakeQuantizeConfig
 from ..kernels.global_scale import GlobalScaleConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
-from .declare import DYNAMIC, Array, Flag, Geometry, Integer, Op, PerCall, TensorScale
+from .declare import DYNAMIC, Array, Geometry, Op, TensorScale
+from .options import Flag, Integer, PerCall
 from .global_scale import X
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import alignment_obstacle

@@ -19,7 +19,8 @@ from ..kernels.variants import fitted
 from ..kernels.walk import unit_divisor
 from ..kernels.call import FLOAT32_INPUT, ROW_TENSOR_SF_MODES, SF_LAYOUTS, TMA_SF_LAYOUTS
 from ..numerics.formats import MX_MODES
-from .declare import DYNAMIC, Array, Choice, Op, Rows, TensorScale, Width
+from .declare import DYNAMIC, Array, Op, Rows, TensorScale
+from .options import Choice, Width
 from .arrays import QUANTIZE_INPUT_DTYPES
 from .global_scale import ScaleLaunch
 from .plans import NO_LAUNCH, KernelLaunch

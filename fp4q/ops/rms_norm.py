@@ -11,7 +11,8 @@ given. The float32 sequences are NVFP4_SPEC.md's, "RMSNorm and add+RMSNorm".
 from __future__ import annotations
 
 from ..kernels.rows import longest_row
-from .declare import Array, Number, Op, TensorScale
+from .declare import Array, Op, TensorScale
+from .options import Number
 from .global_scale import X
 from .quantize import MX_MODE, OUT, PADDED_K, SF_LAYOUT
 from .rows import ROW_KERNELS

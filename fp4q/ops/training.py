@@ -18,7 +18,8 @@ from typing import Any
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.training import TrainingConfig
-from .declare import DYNAMIC, SAME_SCALE, Array, Flag, Geometry, Op, PerCall, TensorScale
+from .declare import DYNAMIC, SAME_SCALE, Array, Geometry, Op, TensorScale
+from .options import Flag, PerCall
 from .global_scale import X, ScaleLaunch
 from .plans import KernelLaunch
 from .quantize import OUT, SF_LAYOUT

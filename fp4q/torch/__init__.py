@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from ..ops.api import OPS
-from ..ops.declare import DYNAMIC, Choice, Op
+from ..ops.declare import DYNAMIC, Op
+from ..ops.options import Choice
 from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas

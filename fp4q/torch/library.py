@@ -28,7 +28,8 @@ import torch
 from ..ops.api import ALL_OPS
 from ..ops.arrays import DEVICE, device_expert_scales, device_scale, expert_count, tensor_scale, torch_operand
 from ..ops.checks import check_operand
-from ..ops.declare import DYNAMIC, Flag, Integer, Number, Op, Width
+from ..ops.declare import DYNAMIC, Op
+from ..ops.options import Flag, Integer, Number, Width
 from ..ops.engine import Buffer, runner
 from ..ops.plans import PLAN_CAPACITY, put_bounded
 from ..ops.streams import torch_current_stream
