@@ -11,6 +11,7 @@
 // FP4Q_AMAX_PASS: the first pass of tensor_sf="dynamic" instead, the steps up
 // to the amax (post-Hadamard), each CTA's maximum written to partial[blockIdx.x]
 // for the scale pass (kernels/global_scale.cu).
+#include "numerics/amax.cuh"
 #include "numerics/e2m1.cuh"
 #include "numerics/four_over_six.cuh"
 #include "numerics/global_scale.cuh"
@@ -43,13 +44,6 @@ FP4Q_DEVICE void load_group(const u16* p, u32 mask, float (&v)[16]) {
         for (int i = 0; i < 16; ++i) v[i] = input_lo(p[i]);
     }
     if constexpr (FP4Q_HADAMARD) hadamard16(v, mask);
-}
-
-FP4Q_DEVICE float amax16(const float (&v)[16]) {
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) m = max_f32(m, abs_f32(v[i]));
-    return m;
 }
 
 // Quantize, dequantize, inverse transform and store one group of values v

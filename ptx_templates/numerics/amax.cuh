@@ -56,3 +56,12 @@ FP4Q_DEVICE float amax_nan(const u32 (&w)[N]) {
 }
 
 FP4Q_DEVICE bool is_finite(float v) { return abs_f32(v) < f32_from_bits(0x7F800000u); }
+
+// The amax of 16 float32 values (a transformed group): NaN dropped, as
+// max.f32 drops it, from 0 (an all-NaN group gives 0).
+FP4Q_DEVICE float amax16(const float (&v)[16]) {
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = max_f32(m, abs_f32(v[i]));
+    return m;
+}

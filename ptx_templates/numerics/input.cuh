@@ -26,6 +26,17 @@ FP4Q_DEVICE float input_hi(u32 w) {
     }
 }
 
+// N packed pairs as 2N float32 values, exactly, element 0 first: a group
+// for float32 arithmetic (a transform, 4/6's errors).
+template <int N>
+FP4Q_DEVICE void input_values(const u32 (&w)[N], float (&v)[2 * N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        v[2 * i] = input_lo(w[i]);
+        v[2 * i + 1] = input_hi(w[i]);
+    }
+}
+
 // Per-lane maximum of two pairs; a NaN lane loses.
 FP4Q_DEVICE u32 max_x2(u32 a, u32 b) {
     if constexpr (FP4Q_INPUT_FP16) {

@@ -53,6 +53,16 @@ FP4Q_DEVICE u32 quantize_e2m1x8(u32 w0, u32 w1, u32 w2, u32 w3, float inv) {
     return e2m1x8<INPUT_SIGNS, CLAMP>(v, w0, w1, w2, w3);
 }
 
+// Eight float32 values (a group's xf held as floats: transformed, or for
+// 4/6's candidates) times `inv` to one word of eight codes, v[0] in the low
+// nibble, rounded to nearest: spec step 6, exact for every value.
+FP4Q_DEVICE u32 quantize_floats8(const float* v, float inv) {
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) p[i] = mul_rn(v[i], inv);
+    return e2m1x8(p);
+}
+
 // The fast variant's word for a power-of-two inverse scale (e2m1x8_pow2):
 // eight packed inputs and the group's factors {2 inv, inv, inv / 2}.
 struct Pow2Factors {

@@ -42,3 +42,12 @@ FP4Q_DEVICE u32 e2m1x8_stochastic(const float (&v)[8], u32 rbits_lo, u32 rbits_h
     for (int i = 0; i < 8; ++i) word |= e2m1_round_stochastic(v[i], (bytes[i / 4] >> (8 * (i % 4))) & 0xFFu) << (4 * i);
     return word;
 }
+
+// quantize_floats8 rounded stochastically: eight float32 values times inv,
+// rounded with the random words rbits_lo (v[0..3]) and rbits_hi (v[4..7]).
+FP4Q_DEVICE u32 quantize_floats8_stochastic(const float* v, float inv, u32 rbits_lo, u32 rbits_hi) {
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) p[i] = mul_rn(v[i], inv);
+    return e2m1x8_stochastic(p, rbits_lo, rbits_hi);
+}
