@@ -639,7 +639,9 @@ def _training_samples(x, t):
             (ops.quantize_nvfp4_training.Tensor, (x, t, None, 0, 0, False, True, True)),
             (ops.quantize_nvfp4_training_dynamic.default, (x,)),
             (ops.quantize_nvfp4_training_dynamic.default, (x, 0, 0, True, False)),
-            (ops.quantize_nvfp4_training.default, (x, 0.5, None, 7, 2**40, True, True, False, True))]
+            (ops.quantize_nvfp4_training.default, (x, 0.5, None, 7, 2**40, True, True, False, True)),
+            (ops.quantize_nvfp4_training.Tensor, (x, t, t, 3, 4, True, True, False, True, "swizzled", 0xD7E8, True)),
+            (ops.quantize_nvfp4_training_dynamic.default, (x, 0, 0, True, True, True, False, "linear", None, True))]
 
 
 def _experts_samples(x):

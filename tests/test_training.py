@@ -1,14 +1,20 @@
-"""quantize_nvfp4_training: NVFP4 rowwise and columnwise from one read of x, with 16x16 blocks.
+"""quantize_nvfp4_training: NVFP4 rowwise and columnwise from one read of x, with 16x16 blocks,
+stochastic rounding, the columnwise Hadamard transform and 4/6.
 
 On the GPU: byte for byte against fp4q.reference.quantize_nvfp4_training (q, sf, q_t, sf_t and
 the tensor scales), for every direction, block shape, scale layout and tensor-scale mode, both
 input dtypes, shapes that are and are not multiples of the 128x128 tile (16 rows, odd tile
 counts, rowwise-only M of any size), groups of every edge family of the spec along rows and
-along columns, strided x, reused buffers full of garbage; with block_2d, q_t is q transposed.
+along columns, strided x, reused buffers full of garbage; with block_2d, q_t is q transposed;
+the Hadamard transform under TE's mask, 0 and 0xFFFF, 4/6 of groups and 16x16 blocks, each
+with stochastic rounding and with both, under given and "dynamic" scales.
 On any machine (the fakes): the rules of the spec's "Combinations" and of the buffers, and the
-launches (the kernel's directions, both scales, the dynamic scale's chain)."""
+launches (the kernel's directions and options, the sign mask, both scales, the dynamic scale's
+chain, 4/6's scale pass); that the data of the GPU tests makes the options change the bytes."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -21,6 +27,8 @@ import fakes
 from helpers import assert_bytes_equal, mixed_groups, random_bf16
 
 gpu = pytest.mark.gpu
+TE_MASK = reference.TE_WGRAD_SIGN_MASK
+MASKS = [TE_MASK, 0, 0xFFFF]
 
 
 def x_of(m: int, k: int, rng, along: str = "rows", dtype=np.uint16) -> np.ndarray:
@@ -196,6 +204,115 @@ def test_large_tensor():
     check(cp, x, 1.0, block_2d=True)
 
 
+# (rowwise, columnwise) of the directions the Hadamard transform takes: a columnwise one.
+COLUMNWISE_DIRECTIONS = [dict(), dict(rowwise=False)]
+
+
+@gpu
+@pytest.mark.parametrize("m, k", [(128, 128), (48, 80), (400, 1040), (2064, 208)])
+@pytest.mark.parametrize("along", ["rows", "columns"])
+@pytest.mark.parametrize("mask", MASKS)
+def test_hadamard_bit_exact(m, k, along, mask):
+    import cupy as cp
+
+    rng = np.random.default_rng(m + k + mask)
+    x = x_of(m, k, rng, along)
+    for directions in COLUMNWISE_DIRECTIONS:
+        for layout in ("swizzled", "linear", "8x4"):
+            check(cp, x, 3.0, hadamard=mask, sf_layout=layout, **directions)
+        check(cp, x, 3.0, hadamard=mask, stochastic=True, seed=m, offset=k, **directions)
+    check(cp, x, 0.5, columnwise_tensor_sf=2.0**-20, hadamard=mask)
+
+
+@gpu
+@pytest.mark.parametrize("m, k", [(128, 128), (48, 80), (400, 1040), (2064, 208)])
+@pytest.mark.parametrize("along", ["rows", "columns"])
+@pytest.mark.parametrize("block_2d", [False, True])
+def test_four_over_six_bit_exact(m, k, along, block_2d):
+    import cupy as cp
+
+    rng = np.random.default_rng(m * 3 + k + block_2d)
+    x = x_of(m, k, rng, along)
+    for directions in DIRECTIONS:
+        for tensor_sf in (3.0, 1536 / 8.0):  # scales in the e4m3 range, where either candidate wins
+            check(cp, x, tensor_sf, block_2d=block_2d, four_over_six=True, **directions)
+        check(cp, x, 3.0, block_2d=block_2d, four_over_six=True, sf_layout="linear", **directions)
+        check(cp, x, 3.0, block_2d=block_2d, four_over_six=True, stochastic=True, seed=2**64 - 1, offset=m,
+              **directions)
+
+
+@gpu
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_hadamard_with_four_over_six_bit_exact(mask, stochastic):
+    import cupy as cp
+
+    rng = np.random.default_rng(21 + mask)
+    for along in ("rows", "columns"):
+        x = x_of(272, 400, rng, along)
+        for directions in COLUMNWISE_DIRECTIONS:
+            check(cp, x, 3.0, hadamard=mask, four_over_six=True, stochastic=stochastic, seed=5, offset=2**63 + 1,
+                  **directions)
+    x = x_of(160, 336, rng, "columns", np.float16)
+    check(cp, x, 3.0, hadamard=mask, four_over_six=True, stochastic=stochastic, seed=6, offset=7)
+
+
+@gpu
+@pytest.mark.parametrize("block_2d", [False, True])
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_options_fp16(block_2d, stochastic):
+    import cupy as cp
+
+    rng = np.random.default_rng(13 + 2 * block_2d + stochastic)
+    x = x_of(160, 336, rng, "columns", np.float16)
+    check(cp, x, 5.0, block_2d=block_2d, four_over_six=True, stochastic=stochastic, seed=1, offset=2)
+    if not block_2d:
+        check(cp, x, 5.0, hadamard=TE_MASK, stochastic=stochastic, seed=1, offset=2)
+
+
+@gpu
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_options_with_dynamic_and_device_scales(stochastic):
+    import cupy as cp
+
+    rng = np.random.default_rng(14 + stochastic)
+    x = x_of(272, 400, rng, "columns")
+    device = cp.asarray(np.float32(0.25)).reshape(())
+    common = dict(stochastic=stochastic, seed=9, offset=10)
+    # 4/6: one dynamic scale, 1536 / amax, for every dynamic direction.
+    for block_2d in (False, True):
+        for directions in DIRECTIONS:
+            for tensor_sf in ("dynamic", device):
+                check(cp, x, tensor_sf, block_2d=block_2d, four_over_six=True, **directions, **common)
+    for tensor_sf, columnwise_tensor_sf in (("dynamic", "dynamic"), (0.5, "dynamic"), ("dynamic", 7.0),
+                                            ("dynamic", device)):
+        got = check(cp, x, tensor_sf, columnwise_tensor_sf=columnwise_tensor_sf, four_over_six=True, **common)
+        assert (got.tensor_sf is got.tensor_sf_t) == (columnwise_tensor_sf == "dynamic" and tensor_sf == "dynamic")
+    # The Hadamard transform: a dynamic rowwise scale beside a given columnwise one.
+    for columnwise_tensor_sf in (7.0, device):
+        for four_over_six in (False, True):
+            check(cp, x, "dynamic", columnwise_tensor_sf=columnwise_tensor_sf, hadamard=TE_MASK,
+                  four_over_six=four_over_six, **common)
+    check(cp, x, device, columnwise_tensor_sf=device, hadamard=TE_MASK, **common)
+
+
+@gpu
+def test_options_on_large_and_edge_tensors():
+    import cupy as cp
+
+    rng = np.random.default_rng(15)
+    x = random_bf16((2048, 4096), rng, specials=1e-4)
+    check(cp, x, "dynamic", columnwise_tensor_sf=2.0, hadamard=TE_MASK, four_over_six=True, stochastic=True, seed=1,
+          offset=2)
+    check(cp, x, "dynamic", block_2d=True, four_over_six=True)
+    for value in (0, 0x7FC0, 0x7F80, 0xFF80):  # zeros, NaN, +-Inf in every group
+        x = np.full((32, 64), value, np.uint16)
+        check(cp, x, 1.0, hadamard=TE_MASK, four_over_six=True)
+        check(cp, x, "dynamic", block_2d=True, four_over_six=True)
+    x = x_of(300, 208, rng)  # rowwise alone: any M
+    check(cp, x, 1.5, columnwise=False, four_over_six=True, stochastic=True, seed=3, offset=4)
+
+
 # ------------------------------------------------------------------- rules (any machine)
 
 def zeros(cp, shape, dtype=np.uint16):
@@ -212,10 +329,50 @@ def zeros(cp, shape, dtype=np.uint16):
     (dict(stochastic=True, seed=-1), r"^seed must satisfy 0 <= seed < 2\*\*64, got -1$"),
     (dict(offset=2**64), r"^offset must satisfy 0 <= offset < 2\*\*64, got 18446744073709551616$"),
     (dict(seed=1.5), r"^seed must be an int, got 1.5 of type float$"),
+    (dict(hadamard=1 << 16), r"^hadamard must satisfy 0 <= hadamard < 2\*\*16, got 65536$"),
+    (dict(hadamard=-1), r"^hadamard must satisfy 0 <= hadamard < 2\*\*16, got -1$"),
+    (dict(hadamard=1.5), r"^hadamard must be an int or None, got 1.5 \(float\)$"),
+    (dict(hadamard=True), r"^hadamard must be an int or None, got True \(bool\)$"),
+    (dict(four_over_six=1), r"^four_over_six must be a bool \(True or False\), got 1 \(int\)$"),
+    (dict(hadamard=TE_MASK, columnwise=False),
+     r"^hadamard=55272 needs columnwise=True: the transform applies to the columnwise direction only$"),
+    (dict(hadamard=0, block_2d=True),
+     r"^hadamard=0 cannot be combined with block_2d=True: the transform would make the columnwise output differ "
+     r"from the transposed rowwise one that 2D blocks guarantee$"),
 ])
 def test_option_rules(cp, options, message):
     with pytest.raises((TypeError, ValueError), match=message):
         fp4q.quantize_nvfp4_training(zeros(cp, (32, 64)), 1.0, **options)
+    if fakes.active is not None:
+        assert fakes.active.launches == []
+
+
+@pytest.mark.parametrize("options", [dict(hadamard=TE_MASK, columnwise=False), dict(hadamard=0, block_2d=True),
+                                     dict(hadamard=0xFFFF, block_2d=True, rowwise=False)])
+def test_hadamard_rules_are_the_references(cp, options):
+    # The op and the reference refuse the same combinations with the same words.
+    with pytest.raises(ValueError) as want:
+        reference.quantize_nvfp4_training(np.zeros((32, 64), np.uint16), 1.0, **options)
+    with pytest.raises(ValueError) as got:
+        fp4q.quantize_nvfp4_training(zeros(cp, (32, 64)), 1.0, **options)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("tensor_sf, columnwise_tensor_sf, rowwise, given", [
+    ("dynamic", None, True, "tensor_sf='dynamic' with columnwise_tensor_sf=None"),
+    ("dynamic", None, False, "tensor_sf='dynamic' with columnwise_tensor_sf=None"),
+    (0.5, "dynamic", True, "columnwise_tensor_sf='dynamic'"),
+    ("dynamic", "dynamic", True, "columnwise_tensor_sf='dynamic'"),
+])
+def test_a_dynamic_columnwise_scale_with_hadamard_is_refused(cp, tensor_sf, columnwise_tensor_sf, rowwise, given):
+    # The post-RHT amax would need a pass of its own; the one dynamic scale is x's.
+    x = zeros(cp, (32, 64))
+    with pytest.raises(ValueError, match=rf"^{re.escape(given)} cannot be combined with hadamard=55272: the "
+                                         r"columnwise scale would be taken over the transformed values \(the post-RHT "
+                                         r"amax\), which no kernel computes; pass columnwise_tensor_sf as a float or a "
+                                         r"device float32 scalar$"):
+        fp4q.quantize_nvfp4_training(x, tensor_sf, columnwise_tensor_sf=columnwise_tensor_sf, rowwise=rowwise,
+                                     hadamard=TE_MASK)
     if fakes.active is not None:
         assert fakes.active.launches == []
 
@@ -287,6 +444,15 @@ def test_config_rules(cp):
     assert dict(TrainingConfig(block_2d=True).spec.constants)["MIN_CTAS"] == 2
     assert dict(TrainingConfig(stochastic=True).spec.constants)["MIN_CTAS"] == 2
     assert dict(TrainingConfig(block_2d=True, min_ctas_per_sm=3).spec.constants)["MIN_CTAS"] == 3
+    # The float32 groups of the Hadamard transform and of 4/6 take two CTAs per SM too.
+    assert dict(TrainingConfig(hadamard=True).spec.constants)["MIN_CTAS"] == 2
+    assert dict(TrainingConfig(four_over_six=True).spec.constants)["MIN_CTAS"] == 2
+    for changes in (dict(columnwise=False), dict(block_2d=True)):
+        with pytest.raises(fp4q.ConfigError, match=r"^hadamard=True needs columnwise=True and block_2d=False: the "
+                                                   r"transform is the 1D columnwise direction's$"):
+            TrainingConfig(hadamard=True, **changes)
+    with pytest.raises(fp4q.ConfigError, match=r"^four_over_six must be a bool, got 1$"):
+        TrainingConfig(four_over_six=1)
 
 
 @pytest.mark.parametrize("m, k, grid", [(128, 128, 1), (144, 272, 6), (4096, 4096, 1024), (16, 16, 1)])
@@ -326,7 +492,7 @@ def test_the_stochastic_launch(cp, block_2d):
         assert launch["spec"] == TrainingConfig(block_2d=block_2d, stochastic=True).spec
     # The seed and offset are not part of the kind of call: one plan, one launch, for every value.
     plan = next(p for key, p in fp4q.ops.plans.plans._plans.items() if key[0].name == "quantize_nvfp4_training"
-                and key[6] == (True, True, block_2d, True, "swizzled"))
+                and key[6] == (True, True, block_2d, True, "swizzled", None, False))
     assert len(plan.launches) == 1
 
 
@@ -355,6 +521,90 @@ def test_the_scales_launched(cp):
         assert (got.tensor_sf is got.tensor_sf_t) == all(dynamic)
 
 
+@pytest.mark.parametrize("block_2d, hadamard", [(False, None), (False, TE_MASK), (False, 0), (True, None)])
+@pytest.mark.parametrize("four_over_six", [False, True])
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_the_options_launched(cp, block_2d, hadamard, four_over_six, stochastic):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = zeros(cp, (64, 256))
+    got = fp4q.quantize_nvfp4_training(x, 2.0, block_2d=block_2d, hadamard=hadamard, four_over_six=four_over_six,
+                                       stochastic=stochastic, seed=3, offset=4)
+    launch = fakes.active.launches[-1]
+    assert launch["spec"] == TrainingConfig(block_2d=block_2d, hadamard=hadamard is not None,
+                                            four_over_six=four_over_six, stochastic=stochastic).spec
+    constants = dict(launch["spec"].constants)
+    assert (constants["HADAMARD"], constants["FOUR_OVER_SIX"], constants["BLOCK_2D"], constants["STOCHASTIC"]) == (
+        hadamard is not None, four_over_six, block_2d, stochastic)
+    assert constants["MIN_CTAS"] == (2 if block_2d or stochastic or hadamard is not None or four_over_six else 4)
+    args = launch["args"]
+    assert (args["hadamard"], args["seed"], args["offset"], args["tensor_sf_value"]) == (hadamard or 0, 3, 4, 2.0)
+    assert got.q_t.shape == (256, 32) and got.sf_t.shape == fp4q.swizzled_sf_shape(256, 64)
+
+
+def test_the_sign_mask_is_a_launch_value(cp):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = zeros(cp, (64, 256))
+    launched = []
+    for mask in (TE_MASK, 0, 0xFFFF, 1):
+        fp4q.quantize_nvfp4_training(x, 1.0, hadamard=mask)
+        launched.append(fakes.active.launches[-1])
+    assert [launch["args"]["hadamard"] for launch in launched] == [TE_MASK, 0, 0xFFFF, 1]
+    assert all(launch["spec"] == launched[0]["spec"] for launch in launched)  # one kernel for every mask
+
+
+@pytest.mark.parametrize("four_over_six", [False, True])
+def test_the_dynamic_scale_with_the_options(cp, four_over_six):
+    if fakes.active is None:
+        pytest.skip("reads the fake driver's record of the launch")
+    x = zeros(cp, (64, 256))
+    # 4/6: global_scale's amax pass, then its 4/6 scale pass (1536 / amax), read by every dynamic direction.
+    for block_2d in (False, True):
+        before = len(fakes.active.launches)
+        got = fp4q.quantize_nvfp4_training(x, "dynamic", block_2d=block_2d, four_over_six=four_over_six)
+        amax, scale, quantize = fakes.active.launches[before:]
+        assert [amax["spec"].name, scale["spec"].name] == ["fp4q_amax", "fp4q_global_scale"]
+        assert dict(scale["spec"].flags)["FP4Q_FOUR_OVER_SIX"] == four_over_six
+        assert dict(quantize["spec"].constants)["FOUR_OVER_SIX"] == four_over_six
+        computed = scale["args"]["scale"]
+        assert quantize["args"]["tensor_sf_ptr"] == quantize["args"]["columnwise_tensor_sf_ptr"] == computed
+        assert got.tensor_sf is got.tensor_sf_t and got.tensor_sf.data.ptr == computed
+    # The Hadamard transform: the rowwise scale computed, the columnwise one given.
+    for columnwise_tensor_sf in (3.0, cp.asarray(np.float32(3.0)).reshape(())):
+        before = len(fakes.active.launches)
+        got = fp4q.quantize_nvfp4_training(x, "dynamic", columnwise_tensor_sf=columnwise_tensor_sf, hadamard=TE_MASK,
+                                           four_over_six=four_over_six)
+        amax, scale, quantize = fakes.active.launches[before:]
+        assert dict(scale["spec"].flags)["FP4Q_FOUR_OVER_SIX"] == four_over_six
+        args = quantize["args"]
+        assert args["tensor_sf_ptr"] == scale["args"]["scale"] and args["hadamard"] == TE_MASK
+        if isinstance(columnwise_tensor_sf, float):
+            assert (args["columnwise_tensor_sf_value"], args["columnwise_tensor_sf_ptr"]) == (3.0, 0)
+            assert got.tensor_sf_t == np.float32(3.0) and isinstance(got.tensor_sf_t, np.float32)
+        else:
+            assert args["columnwise_tensor_sf_ptr"] == columnwise_tensor_sf.data.ptr
+            assert got.tensor_sf_t is columnwise_tensor_sf
+
+
+def test_the_gpu_tests_data_make_the_options_count():
+    # The GPU tests compare bytes: they can only fail where an option changes them. On data like
+    # theirs, every mask changes the columnwise outputs and leaves the rowwise ones, and each 4/6
+    # candidate wins somewhere, in groups and in 16x16 blocks, both directions.
+    x = x_of(400, 1040, np.random.default_rng(0), "columns")
+    plain = reference.quantize_nvfp4_training(x, 3.0, sf_layout="linear")
+    for mask in MASKS:
+        rht = reference.quantize_nvfp4_training(x, 3.0, hadamard=mask, sf_layout="linear")
+        assert_bytes_equal(rht.q, plain.q, f"rowwise codes, hadamard={mask}")
+        assert (rht.q_t != plain.q_t).any() and (rht.sf_t != plain.sf_t).any(), mask
+    for block_2d in (False, True):
+        plain = reference.quantize_nvfp4_training(x, 3.0, block_2d=block_2d, sf_layout="linear")
+        fos = reference.quantize_nvfp4_training(x, 3.0, block_2d=block_2d, four_over_six=True, sf_layout="linear")
+        for field in ("sf", "sf_t"):
+            four = getattr(fos, field) != getattr(plain, field)
+            assert four.any() and not four.all(), (field, block_2d)
+
+
 def test_empty(cp):
     got = fp4q.quantize_nvfp4_training(zeros(cp, (0, 64)), 1.0)
     assert got.q.shape == (0, 32) and got.q_t.shape == (64, 0) and got.sf_t.shape == (1, 0, 32, 4, 4)
@@ -378,8 +628,12 @@ def test_torch_fakes_and_a_compile_trace():
         b = ft.quantize_nvfp4_training(x, 2.0, columnwise_tensor_sf=0.5, block_2d=False, sf_layout="linear")
         c = ft.quantize_nvfp4_training(x, "dynamic", rowwise=False, block_2d=True)
         d = ft.quantize_nvfp4_training(x, tsf, columnwise=False, fp4_dtype=True)
+        f = ft.quantize_nvfp4_training(x, tsf, hadamard=0xD7E8, four_over_six=True, stochastic=True, seed=5,
+                                       offset=offset)
+        h = ft.quantize_nvfp4_training(x, "dynamic", block_2d=True, four_over_six=True, sf_layout="linear")
         assert c.q is None and c.sf is None and d.q_t is None and d.tensor_sf_t is None
-        assert e.q.shape == a.q.shape and e.q_t.shape == a.q_t.shape
+        assert e.q.shape == a.q.shape == f.q.shape and e.q_t.shape == a.q_t.shape == f.q_t.shape
+        assert f.sf_t.shape == a.sf_t.shape and h.sf.shape == b.sf.shape and h.sf_t.shape == b.sf_t.shape
         return a.q, a.sf, a.q_t, a.sf_t, b.sf, b.sf_t, c.q_t, c.sf_t, c.tensor_sf_t, d.q
 
     torch._dynamo.reset()
@@ -400,6 +654,11 @@ def test_torch_fakes_and_a_compile_trace():
         with pytest.raises(ValueError, match=r"^columnwise=True needs M \(x's rows, leading dimensions flattened\) "
                                              r"to be a multiple of 16, got M=40$"):
             torch.ops.fp4q.quantize_nvfp4_training(fake_cuda((40, 64)), 1.0)
+        for options, message in ((dict(hadamard=0xD7E8, columnwise=False), "needs columnwise=True"),
+                                 (dict(hadamard=0, block_2d=True), "cannot be combined with block_2d=True"),
+                                 (dict(hadamard=1 << 16), r"must satisfy 0 <= hadamard < 2\*\*16")):
+            with pytest.raises(ValueError, match=rf"^hadamard(=\d+)? {message}"):
+                torch.ops.fp4q.quantize_nvfp4_training(fake_cuda((64, 64)), 1.0, **options)
 
 
 def _torch_check(torch, x_bits, got, tensor_sf, **options):

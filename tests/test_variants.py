@@ -269,3 +269,27 @@ def test_every_fake_quantize_call_is_shipped(arch):
                 assert cfg in shipped and op_of(cfg) == "fake_quantize_nvfp4", cfg
     for four_over_six in (False, True):  # the scale pass of "dynamic"
         assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_training_call_is_shipped(arch):
+    # what quantize_nvfp4_training runs without config=: every direction and option the spec allows
+    # (the Hadamard transform with a columnwise direction and 1D blocks), in each dtype and layout
+    shipped = set(all_variants(arch).values())
+    training = [cfg for cfg in shipped if isinstance(cfg, TrainingConfig)]
+    want = set()
+    for rowwise, columnwise in ((True, False), (False, True), (True, True)):
+        for block_2d in (False, True):
+            for hadamard in (False, True) if columnwise and not block_2d else (False,):
+                for four_over_six in (False, True):
+                    for stochastic in (False, True):
+                        for dtype in ("bfloat16", "float16"):
+                            for layout in ("swizzled", "linear", "8x4"):
+                                want.add(TrainingConfig(rowwise=rowwise, columnwise=columnwise, block_2d=block_2d,
+                                                        hadamard=hadamard, four_over_six=four_over_six,
+                                                        stochastic=stochastic, input_dtype=dtype, sf_layout=layout,
+                                                        arch=arch))
+    assert set(training) == want and len(training) == 192
+    assert all(op_of(cfg) == "quantize_nvfp4_training" for cfg in training)
+    for four_over_six in (False, True):  # the scale pass of "dynamic"
+        assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped

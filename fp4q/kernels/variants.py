@@ -237,19 +237,25 @@ TRAINING_DIRECTIONS = {"rowwise": (True, False), "columnwise": (False, True), "b
 
 
 def training_variants(arch: str) -> dict[str, TrainingConfig]:
-    """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_sr][_fp16]/
-    sf_layout``: every direction, block shape, rounding, input dtype and scale layout a call may take."""
+    """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_sr][_rht]
+    [_4over6][_fp16]/sf_layout``: every direction, block shape, rounding, input dtype and scale
+    layout a call may take, with the Hadamard transform where it applies (a columnwise direction,
+    1D blocks) and 4/6 everywhere."""
     out = {}
     for directions, (rowwise, columnwise) in TRAINING_DIRECTIONS.items():
         for block_2d in (False, True):
-            for stochastic in (False, True):
-                for dtype in INPUT_DTYPES:
-                    name = (f"training_{directions}{'_2d' if block_2d else ''}{'_sr' if stochastic else ''}"
-                            f"{'_fp16' if dtype == 'float16' else ''}")
-                    for layout in SF_LAYOUTS:
-                        out[f"{name}/{layout}"] = TrainingConfig(rowwise=rowwise, columnwise=columnwise,
-                                                                 block_2d=block_2d, stochastic=stochastic,
-                                                                 input_dtype=dtype, sf_layout=layout, arch=arch)
+            for hadamard in (False, True) if columnwise and not block_2d else (False,):
+                for four_over_six in (False, True):
+                    for stochastic in (False, True):
+                        for dtype in INPUT_DTYPES:
+                            name = (f"training_{directions}{'_2d' if block_2d else ''}{'_sr' if stochastic else ''}"
+                                    f"{'_rht' if hadamard else ''}{'_4over6' if four_over_six else ''}"
+                                    f"{'_fp16' if dtype == 'float16' else ''}")
+                            for layout in SF_LAYOUTS:
+                                out[f"{name}/{layout}"] = TrainingConfig(
+                                    rowwise=rowwise, columnwise=columnwise, block_2d=block_2d, stochastic=stochastic,
+                                    hadamard=hadamard, four_over_six=four_over_six, input_dtype=dtype,
+                                    sf_layout=layout, arch=arch)
     return out
 
 
@@ -331,7 +337,7 @@ def op_of(cfg) -> str:
     """The public operation a kernel config serves (``python -m fp4q precompile --ops``); the
     dynamic global scale's kernels serve ``global_scale`` and ``quantize_nvfp4(x, "dynamic")``,
     those with the SiLU·mul prologue the fused op's ``"dynamic"``, the 4/6 scale pass
-    ``fake_quantize_nvfp4``'s."""
+    ``fake_quantize_nvfp4``'s (each also serves ``quantize_nvfp4_training``'s ``"dynamic"``)."""
     if isinstance(cfg, GlobalScaleConfig) and cfg.four_over_six:
         return "fake_quantize_nvfp4"
     if isinstance(cfg, TrainingConfig):

@@ -25,14 +25,15 @@ X = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", doc="bf16 (or fp16)
 
 class ScaleLaunch:
     """The amax pass over a kind of call's main input and the scale pass after it, given
-    the input's pointer and the scale's: the partial maxima go right after the scale."""
+    the input's pointer and the scale's: the partial maxima go right after the scale.
+    ``four_over_six``: 4/6's scale, ``1536 / amax``."""
 
     __slots__ = ("amax", "scale", "workspace", "config")
 
-    def __init__(self, plan, vector_loads: bool) -> None:
+    def __init__(self, plan, vector_loads: bool, four_over_six: bool = False) -> None:
         dev = driver.device(plan.view.device)
         view = plan.view
-        self.config = GlobalScaleConfig(arch=dev.arch)
+        self.config = GlobalScaleConfig(four_over_six=four_over_six, arch=dev.arch)
         scale_kernel = get_kernel(self.config.spec, dev.ordinal)
         self.amax, self.workspace = None, 0
         if not view.empty:

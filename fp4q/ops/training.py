@@ -3,11 +3,14 @@ its kernel choice (``kernels.training``).
 
 The columnwise outputs are the rowwise outputs of ``x``'s transpose, for the
 weight-gradient GEMM of NVFP4 training; ``block_2d`` gives both directions one scale per
-16x16 block. ``tensor_sf="dynamic"`` (or ``columnwise_tensor_sf="dynamic"``) runs
-``global_scale``'s two kernels first and the quantizer reads the scale they wrote,
-chained with PDL; every dynamic direction takes that one scale (the values both
-directions quantize are ``x``'s). The numerics are NVFP4_SPEC.md's, "The project's exact
-sequences: training quantizers".
+16x16 block; ``hadamard`` transforms each columnwise group before it is quantized;
+``four_over_six`` chooses each group's (block's) scale between two candidates.
+``tensor_sf="dynamic"`` (or ``columnwise_tensor_sf="dynamic"``) runs ``global_scale``'s two
+kernels first (its 4/6 scale pass under ``four_over_six``) and the quantizer reads the scale
+they wrote, chained with PDL; every dynamic direction takes that one scale, which holds while
+the values both directions quantize are ``x``'s: a dynamic columnwise scale with ``hadamard``
+(the amax of the transformed values) is refused. The numerics are NVFP4_SPEC.md's, "The
+project's exact sequences: training quantizers".
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.training import TrainingConfig
+from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
 from .declare import DYNAMIC, SAME_SCALE, Array, Geometry, Op, TensorScale
-from .options import Flag, PerCall
+from .options import Flag, Integer, PerCall
 from .global_scale import X, ScaleLaunch
 from .plans import KernelLaunch
 from .quantize import OUT, SF_LAYOUT
@@ -62,14 +66,20 @@ def result(q, sf, q_t, sf_t, tensor_sf, tensor_sf_t) -> TrainingQuantized:
 
 
 def rules(g: Geometry) -> None:
-    """The spec's "Combinations" on the directions and M."""
-    rows = g.view.rows
+    """The spec's "Combinations" on the directions, M and the Hadamard transform."""
+    rows, hadamard = g.view.rows, g.options["hadamard"]
     if not (g.options["rowwise"] or g.options["columnwise"]):
         raise ValueError("rowwise and columnwise are both False: at least one direction must be asked for")
     for option in ("columnwise", "block_2d"):
         if g.options[option] and rows % GROUP:
             raise ValueError(f"{option}=True needs M (x's rows, leading dimensions flattened) to be a multiple of "
                              f"16, got M={rows}")
+    if hadamard is not None and g.options["block_2d"]:
+        raise ValueError(f"hadamard={hadamard!r} cannot be combined with block_2d=True: the transform would make the "
+                         "columnwise output differ from the transposed rowwise one that 2D blocks guarantee")
+    if hadamard is not None and not g.options["columnwise"]:
+        raise ValueError(f"hadamard={hadamard!r} needs columnwise=True: the transform applies to the columnwise "
+                         "direction only")
 
 
 class TrainingLaunch:
@@ -109,12 +119,20 @@ class TrainingKernels:
         if g.options["block_2d"] and mode_t is not SAME_SCALE:
             raise ValueError("columnwise_tensor_sf cannot be combined with block_2d=True: both directions share the "
                              "2D blocks' scales and tensor_sf")
+        dynamic = (mode is DYNAMIC, mode_t is DYNAMIC or (mode_t is SAME_SCALE and mode is DYNAMIC))
+        hadamard = g.options["hadamard"]
+        if dynamic[1] and hadamard is not None:
+            # One scale serves every dynamic direction: the amax of x, which the transform changes.
+            given = ("columnwise_tensor_sf='dynamic'" if mode_t is DYNAMIC
+                     else "tensor_sf='dynamic' with columnwise_tensor_sf=None")
+            raise ValueError(f"{given} cannot be combined with hadamard={hadamard!r}: the columnwise scale would be "
+                             "taken over the transformed values (the post-RHT amax), which no kernel computes; pass "
+                             "columnwise_tensor_sf as a float or a device float32 scalar")
         obstacle = alignment_obstacle(plan, pointers)
         if obstacle is not None:
             raise ValueError(f"{plan.op.name} loads and stores 16 bytes at a time: {obstacle}")
         dev = driver.device(plan.view.device)
-        dynamic = (mode is DYNAMIC, mode_t is DYNAMIC or (mode_t is SAME_SCALE and mode is DYNAMIC))
-        scale = ScaleLaunch(plan, True) if any(dynamic) else None
+        scale = ScaleLaunch(plan, True, g.options["four_over_six"]) if any(dynamic) else None
         if plan.empty:
             return TrainingLaunch(scale, None, dynamic)
         call = dict(plan.call, arch=dev.arch)
@@ -127,7 +145,7 @@ class TrainingKernels:
 QUANTIZE_NVFP4_TRAINING = Op(
     name="quantize_nvfp4_training",
     summary="Quantize bf16 (or fp16) ``x`` to NVFP4 rowwise and columnwise (its transpose's rows), reading it once.",
-    doc="""Returns a ``TrainingQuantized`` with fields ``q``, ``sf`` (rowwise: as
+    doc=f"""Returns a ``TrainingQuantized`` with fields ``q``, ``sf`` (rowwise: as
 ``quantize_nvfp4``), ``q_t`` (uint8 ``(K, M // 2)``, the codes of ``x.T``, ``x`` flattened to
 ``(M, K)``), ``sf_t`` (its scales over K rows of ``M // 16`` groups in ``sf_layout``),
 ``tensor_sf`` and ``tensor_sf_t`` (the scale each direction used: the device scalar passed or
@@ -136,13 +154,20 @@ byte for byte, to ``fp4q.reference.quantize_nvfp4_training``. ``block_2d``: one 
 16x16 block, shared by both directions, so ``q_t`` is ``q`` transposed code for code (the
 recipe's weights). ``stochastic``: the codes round stochastically, deterministic in
 ``(seed, offset)`` and the shape (with ``block_2d`` each element is rounded once, with its
-rowwise bits). ``columnwise=True`` and ``block_2d`` need ``M % 16 == 0``.
-``tensor_sf="dynamic"`` (``columnwise_tensor_sf="dynamic"``) computes ``global_scale(x)``
-on the device first. Needs 16-byte aligned ``x`` rows and outputs.""",
+rowwise bits). ``hadamard``: a 16-bit sign mask (TE's is ``0x{TE_WGRAD_SIGN_MASK:04X}``), the
+random Hadamard transform of each columnwise group before it is quantized (the
+weight-gradient GEMM's operand; the rowwise direction quantizes ``x`` itself): it needs
+``columnwise=True``, not with ``block_2d``. ``four_over_six``: each group (16x16 block) of
+both directions keeps the scale mapping its amax to 4 where that loses less.
+``columnwise=True`` and ``block_2d`` need ``M % 16 == 0``. ``tensor_sf="dynamic"``
+(``columnwise_tensor_sf="dynamic"``) computes ``global_scale(x)`` on the device first
+(``256 * 6 / amax`` under ``four_over_six``); with ``hadamard`` the columnwise scale cannot be
+``"dynamic"`` (it would be the transformed values'). Needs 16-byte aligned ``x`` rows and
+outputs.""",
     fmt="nvfp4",
     main=X,
-    tensor_scale=TensorScale(dynamic=True, doc="``448 * 6 / amax``: a float, a device float32 scalar (shape ``()`` "
-                                               "or ``(1,)``) or ``\"dynamic\"``"),
+    tensor_scale=TensorScale(dynamic=True, doc="``448 * 6 / amax`` (``256 * 6 / amax`` under 4/6): a float, a device "
+                                               "float32 scalar (shape ``()`` or ``(1,)``) or ``\"dynamic\"``"),
     columnwise_scale=TensorScale("columnwise_tensor_sf", dynamic=True,
                                  doc="the columnwise direction's own tensor scale, as ``tensor_sf``; ``None``: "
                                      "``tensor_sf``'s (not with ``block_2d``)"),
@@ -152,7 +177,14 @@ on the device first. Needs 16-byte aligned ``x`` rows and outputs.""",
              Flag("stochastic", "stochastic",
                   doc="stochastic rounding of both directions' codes, with Philox bits of ``(seed, offset)`` and "
                       "each group's index (NVFP4_SPEC.md, \"Stochastic rounding\")"),
-             SF_LAYOUT),
+             SF_LAYOUT,
+             Integer("hadamard", 16, default=None, optional=True, field="hadamard",
+                     doc="``None`` or a 16-bit sign mask: the random Hadamard transform of each columnwise group "
+                         "(NVFP4_SPEC.md, \"Random Hadamard transform (16)\"); needs ``columnwise``, not with "
+                         "``block_2d``"),
+             Flag("four_over_six", "four_over_six",
+                  doc="4/6: per group (16x16 block), the scale mapping its amax to 4 where its squared error is "
+                      "smaller, both directions (NVFP4_SPEC.md, \"4/6 (Four Over Six)\")")),
     per_call=(PerCall("seed", doc="stochastic rounding's Philox key, an int in ``[0, 2**64)``"),
               PerCall("offset", doc="stochastic rounding's Philox counter base, an int in ``[0, 2**64)``: advance it "
                                     "(by at least 1) per call for fresh bits")),

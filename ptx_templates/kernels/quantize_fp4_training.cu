@@ -37,6 +37,21 @@
 // columnwise pass then transposes them into q_t (a column's byte of each
 // row holds the codes of its two columns).
 //
+// HADAMARD (1D columnwise only): each column group's 16 values, widened to
+// float32, take the 16-point transform under the launch's sign mask
+// (numerics/hadamard.cuh) and are quantized as floats: amax, scale and
+// codes of the transformed y.
+//
+// FOUR_OVER_SIX: each group (16x16 block) keeps the scale mapping its amax
+// to 4 where that candidate's round-to-nearest squared error is smaller
+// (numerics/four_over_six.cuh), summed in the spec's order. A column group
+// is one lane's; a rowwise group's two halves are a lane pair's, the first
+// lane's partial sum continued by the second. A 2D block's scale is chosen
+// before any code: once the blocks' amax are known, four lanes take each
+// block, a pair per candidate, each lane 8 of its rows' errors (rows in
+// element order, then the row sums top row first across the pair), and
+// the kept scale goes to shared memory for both directions.
+//
 // Scales of tile groups past the last real group up to the layout's whole
 // tiles are written as zeros here; rows of scales past the last row, by
 // write_padding_scales. Needs x's rows, out and out_t 16-byte aligned, K
@@ -47,6 +62,8 @@
 #include "layout/scale_layout.cuh"
 #include "kernels/simt_quantize.cuh"
 #include "kernels/vector_quantize.cuh"
+#include "numerics/four_over_six.cuh"
+#include "numerics/hadamard.cuh"
 #include "numerics/philox.cuh"
 #include "numerics/stochastic.cuh"
 #include "ptx/permute.cuh"
@@ -64,8 +81,14 @@ constexpr int WARPS = SIMT_THREADS / 32;
 // The columnwise codes are the rowwise ones transposed (2D blocks, stochastic rounding).
 constexpr bool TRANSPOSE_CODES = BLOCK_2D && STOCHASTIC && WRITES_COLUMNWISE;
 constexpr bool ROWWISE_PASS = WRITES_ROWWISE || TRANSPOSE_CODES;
-static_assert(SF_VEC == 16 && ROW_STEP == 16 && LOADS == ROW_GROUPS && WARPS == BLOCK_COLS,
-              "NVFP4; a thread's chunk j in row group j; a warp per block column");
+// Column groups quantized from float32 values (transformed, or for 4/6's errors).
+constexpr bool FLOAT_COLUMNS = HADAMARD || FOUR_OVER_SIX;
+// 2D 4/6: the blocks' scales are chosen, from all their rows, before any code.
+constexpr bool CHOOSE_BLOCKS = BLOCK_2D && FOUR_OVER_SIX;
+static_assert(!HADAMARD || (WRITES_COLUMNWISE && !BLOCK_2D), "the transform is the 1D columnwise direction's");
+static_assert(SIMT_THREADS == 4 * ROW_GROUPS * BLOCK_COLS, "four lanes per 16x16 block to choose its scale");
+static_assert(SF_VEC == 16 && !FP4Q_MX_RCEIL && ROW_STEP == 16 && LOADS == ROW_GROUPS && WARPS == BLOCK_COLS,
+              "NVFP4 (no MXFP4 rounding mode); a thread's chunk j in row group j; a warp per block column");
 static_assert(ROW_GROUPS % SF_TILE_GROUPS == 0 && BLOCK_COLS % SF_TILE_GROUPS == 0,
               "a tile's padding groups of either layout are its own");
 
@@ -91,6 +114,14 @@ FP4Q_DEVICE void load_columns(const u8* tile, int rg, int bc, int p, u32 (&col)[
         col[0][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x5410u);
         col[1][i] = prmt_b32(w[2 * i], w[2 * i + 1], 0x7632u);
     }
+}
+
+// The 16 values of row r of the tile, columns 16 bc .. 16 bc + 15, as float32.
+FP4Q_DEVICE void load_row_group(const u8* tile, int r, int bc, float (&v)[16]) {
+    u32 w[8];
+    ld_shared_v4(tile + tile_chunk(r, 2 * bc), w[0], w[1], w[2], w[3]);
+    ld_shared_v4(tile + tile_chunk(r, 2 * bc + 1), w[4], w[5], w[6], w[7]);
+    input_values(w, v);
 }
 
 // Eight packed inputs w[0..3] times inv, rounded stochastically with the
@@ -124,9 +155,10 @@ extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS)
 fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out,
                            u8* __restrict__ out_t, u8* __restrict__ sf_t_out, i64 x_row_stride, i32 rows, i32 cols,
                            float tensor_sf_value, const float* __restrict__ tensor_sf_ptr, float columnwise_tensor_sf_value,
-                           const float* __restrict__ columnwise_tensor_sf_ptr, u64 seed, u64 offset) {
+                           const float* __restrict__ columnwise_tensor_sf_ptr, u64 seed, u64 offset, u32 hadamard) {
     __shared__ alignas(16) u8 tile[TILE_M * TILE_K * 2];
     __shared__ float block_amax[ROW_GROUPS][BLOCK_COLS];
+    __shared__ ScaleCandidate block_scale[CHOOSE_BLOCKS ? ROW_GROUPS : 1][CHOOSE_BLOCKS ? BLOCK_COLS : 1];
     __shared__ u32 codes[TRANSPOSE_CODES ? TILE_M : 1][CHUNKS];
     const int tiles_k = (cols + TILE_K - 1) / TILE_K;
     const i32 m0 = static_cast<i32>(blockIdx.x / tiles_k) * TILE_M;
@@ -155,7 +187,8 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
     }
 
     // The rowwise pass. A group's amax: 1D, its two chunks' (a lane pair's);
-    // 2D, its block's, from the columnwise pass.
+    // 2D, its block's, from the columnwise pass (with 4/6, the block's kept
+    // scale instead).
     const auto rowwise = [&] {
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
@@ -165,13 +198,35 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
                 if constexpr (BLOCK_2D) return block_amax[j][chunk / 2];
                 else return max_f32(amax, shfl_sync_bfly_b32(amax, 1));
             };
-            u32 code, byte;
+            // This lane's half of the group's random words (selected, not indexed: no local memory).
+            const bool second = chunk % 2 == 1;
+            u32 r_lo = 0u, r_hi = 0u;
             if constexpr (STOCHASTIC) {
-                float inv;
-                byte = group_scale_byte<16>(combine(amax_packed(w[j])), tsf.value, tsf.rcp, inv);
                 u32 r[4];
                 group_random_words(seed, offset, static_cast<u64>(row) * groups + group, ROWWISE, r);
-                code = stochastic_codes8(w[j], inv, r[2 * (chunk % 2)], r[2 * (chunk % 2) + 1]);
+                r_lo = second ? r[2] : r[0];
+                r_hi = second ? r[3] : r[1];
+            }
+            u32 code, byte;
+            if constexpr (FOUR_OVER_SIX) {
+                float v[8];
+                input_values(w[j], v);
+                ScaleCandidate c;
+                if constexpr (BLOCK_2D) {
+                    c = block_scale[j][chunk / 2];
+                } else {
+                    c = four_over_six_scale_pair(v, combine(amax_packed(w[j])), tsf.value, tsf.rcp, second);
+                }
+                if constexpr (STOCHASTIC) {
+                    code = quantize_floats8_stochastic(v, c.inv, r_lo, r_hi);
+                } else {
+                    code = quantize_floats8(v, c.inv);
+                }
+                byte = c.byte;
+            } else if constexpr (STOCHASTIC) {
+                float inv;
+                byte = group_scale_byte<16>(combine(amax_packed(w[j])), tsf.value, tsf.rcp, inv);
+                code = stochastic_codes8(w[j], inv, r_lo, r_hi);
             } else {
                 const auto run = quantize_run<16, 4>(w[j], tsf.value, tsf.rcp, combine);
                 code = run.q[0];
@@ -187,15 +242,78 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
     };
     if constexpr (WRITES_ROWWISE && !BLOCK_2D) rowwise();
 
-    // One column group's codes (two words) and scale byte. 2D blocks: both
-    // directions take the block's amax and tensor_sf.
-    const auto quantize_column = [&](const u32(&words)[8], float block, u64 index, u32 (&q)[2]) {
-        if constexpr (STOCHASTIC) {
+    // Lane (g, p) of warp w takes the columns 16 w + 2 p, + 1 (block column
+    // bc = w) of the row groups g + 4 h.
+    const int p = lane % 8, bc = warp;
+    const i32 k = k0 + 16 * bc + 2 * p;
+    const bool cols_live = k < cols;
+
+    // The amax of the 16x16 block (rg, bc) from its 8 lanes' columns, stored
+    // for the rowwise pass.
+    const auto take_block_amax = [&](const u32 (&col)[2][8], int rg) {
+        float block = max_f32(amax_packed(col[0]), amax_packed(col[1]));
+#pragma unroll
+        for (int lane_mask = 1; lane_mask < 8; lane_mask <<= 1) {
+            block = max_f32(block, shfl_sync_bfly_b32(block, lane_mask));
+        }
+        if (p == 0) block_amax[rg][bc] = block;
+        return block;
+    };
+
+    // 2D 4/6: block b = t / 4 of the tile takes lanes 4 b .. 4 b + 3, lane
+    // 4 b + 2 c + h the candidate c (0: "6", 1: "4") over its rows 8 h ..
+    // 8 h + 7; the pair h = 0, 1 sums them top row first, and the block's
+    // first lane keeps "4" where its error is smaller.
+    const auto choose_block_scales = [&] {
+        const int b = threadIdx.x / 4, rg = b / BLOCK_COLS, block_col = b % BLOCK_COLS;
+        const bool four = threadIdx.x / 2 % 2 == 1, second = threadIdx.x % 2 == 1;
+        const float amax = block_amax[rg][block_col];
+        const ScaleCandidate c = scale_candidate(amax, tsf.value, tsf.rcp, four ? R4 : r6());
+        float row_errors[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float v[16];
+            load_row_group(tile, 16 * rg + 8 * second + i, block_col, v);
+            row_errors[i] = squared_error16(v, c);
+        }
+        const float error = lane_pair_sum(row_errors, second);
+        const float other = shfl_sync_bfly_b32(error, 2u);  // the other candidate's
+        if (threadIdx.x % 4 == 0) {
+            block_scale[rg][block_col] = keeps_four(other, error) ? scale_candidate(amax, tsf.value, tsf.rcp, R4) : c;
+        }
+    };
+
+    // One column group's codes (two words) and scale byte: rows 16 rg ..
+    // 16 rg + 15 of one column, `block` its 16x16 block's amax (2D); `index`
+    // its columnwise group index. 2D blocks: both directions take the
+    // block's amax (with 4/6 its kept scale) and tensor_sf.
+    const auto quantize_column = [&](const u32(&words)[8], int rg, float block, u64 index, u32 (&q)[2]) {
+        u32 r[4];
+        if constexpr (STOCHASTIC) group_random_words(seed, offset, index, COLUMNWISE, r);
+        if constexpr (FLOAT_COLUMNS) {
+            float v[16];
+            input_values(words, v);
+            if constexpr (HADAMARD) hadamard16(v, hadamard);
+            ScaleCandidate c;
+            if constexpr (BLOCK_2D) {
+                c = block_scale[rg][bc];
+            } else if constexpr (FOUR_OVER_SIX) {
+                c = four_over_six_scale(v, amax16(v), tsf_t.value, tsf_t.rcp);
+            } else {
+                c = scale_candidate(amax16(v), tsf_t.value, tsf_t.rcp, r6());
+            }
+            if constexpr (STOCHASTIC) {
+                q[0] = quantize_floats8_stochastic(v, c.inv, r[0], r[1]);
+                q[1] = quantize_floats8_stochastic(v + 8, c.inv, r[2], r[3]);
+            } else {
+                q[0] = quantize_floats8(v, c.inv);
+                q[1] = quantize_floats8(v + 8, c.inv);
+            }
+            return c.byte;
+        } else if constexpr (STOCHASTIC) {
             float inv;
             const u32 byte = group_scale_byte<16>(BLOCK_2D ? block : amax_packed(words), BLOCK_2D ? tsf.value : tsf_t.value,
                                                   BLOCK_2D ? tsf.rcp : tsf_t.rcp, inv);
-            u32 r[4];
-            group_random_words(seed, offset, index, COLUMNWISE, r);
             q[0] = stochastic_codes8(words, inv, r[0], r[1]);
             q[1] = stochastic_codes8(words + 4, inv, r[2], r[3]);
             return byte;
@@ -211,41 +329,53 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
             return run.sf;
         }
     };
-    const int p = lane % 8, bc = warp;
-    const i32 k = k0 + 16 * bc + 2 * p;
-    const bool cols_live = k < cols;
+
+    // The columnwise outputs of the lane's two columns in row group rg,
+    // whose words are col: codes and scales, or (TRANSPOSE_CODES) the scales
+    // alone, the codes coming from the rowwise pass.
+    const auto store_columns = [&](const u32 (&col)[2][8], int rg, float block) {
+        const i32 m = m0 + 16 * rg;
+        const bool live = cols_live && m < rows;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            u32 byte;
+            if constexpr (TRANSPOSE_CODES && CHOOSE_BLOCKS) {
+                byte = block_scale[rg][bc].byte;
+            } else if constexpr (TRANSPOSE_CODES) {
+                float inv;
+                byte = group_scale_byte<16>(block, tsf.value, tsf.rcp, inv);
+            } else {
+                u32 q[2];
+                byte = quantize_column(col[c], rg, block, static_cast<u64>(k + c) * groups_t + m / 16, q);
+                if (live) st_global_v2(out_t + (k + c) * static_cast<i64>(rows / 2) + m / 2, q[0], q[1]);
+            }
+            if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, byte);
+        }
+    };
+
     if constexpr (WRITES_COLUMNWISE || BLOCK_2D) {
         __syncthreads();
+        if constexpr (CHOOSE_BLOCKS) {
 #pragma unroll
-        for (int h = 0; h < ROW_GROUPS / 4; ++h) {
-            const int rg = lane / 8 + 4 * h;
-            const i32 m = m0 + 16 * rg;
-            u32 col[2][8];
-            load_columns(tile, rg, bc, p, col);
-            float block = 0.0f;
-            if constexpr (BLOCK_2D) {
-                block = max_f32(amax_packed(col[0]), amax_packed(col[1]));
-#pragma unroll
-                for (int lane_mask = 1; lane_mask < 8; lane_mask <<= 1) {
-                    block = max_f32(block, shfl_sync_bfly_b32(block, lane_mask));
-                }
-                if (p == 0) block_amax[rg][bc] = block;
+            for (int h = 0; h < ROW_GROUPS / 4; ++h) {
+                const int rg = lane / 8 + 4 * h;
+                u32 col[2][8];
+                load_columns(tile, rg, bc, p, col);
+                take_block_amax(col, rg);
             }
-            if constexpr (WRITES_COLUMNWISE) {
-                const bool live = cols_live && m < rows;
+            __syncthreads();
+            choose_block_scales();
+            __syncthreads();
+        }
+        if constexpr (WRITES_COLUMNWISE || !CHOOSE_BLOCKS) {
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    if constexpr (TRANSPOSE_CODES) {  // the codes come from the rowwise pass
-                        float inv;
-                        const u32 byte = group_scale_byte<16>(block, tsf.value, tsf.rcp, inv);
-                        if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, byte);
-                    } else {
-                        u32 q[2];
-                        const u32 byte = quantize_column(col[c], block, static_cast<u64>(k + c) * groups_t + m / 16, q);
-                        if (live) st_global_v2(out_t + (k + c) * static_cast<i64>(rows / 2) + m / 2, q[0], q[1]);
-                        if (cols_live) store_scale(sf_t_out, k + c, m0 / 16 + rg, groups_t, live, byte);
-                    }
-                }
+            for (int h = 0; h < ROW_GROUPS / 4; ++h) {
+                const int rg = lane / 8 + 4 * h;
+                u32 col[2][8];  // not read where only the chosen blocks' scales are stored
+                if constexpr (!(CHOOSE_BLOCKS && TRANSPOSE_CODES)) load_columns(tile, rg, bc, p, col);
+                float block = 0.0f;
+                if constexpr (BLOCK_2D && !CHOOSE_BLOCKS) block = take_block_amax(col, rg);
+                if constexpr (WRITES_COLUMNWISE) store_columns(col, rg, block);
             }
         }
     }
