@@ -1,6 +1,6 @@
 """The one-pass training quantizer beside fp4q's existing calls composed and a copy of its bytes, in one run.
 
-    python scripts/bench/bench_training.py [--shapes 4096x4096,...] [--quick] [--blocks 1d,2d,1d_sr,2d_sr]
+    python scripts/bench/bench_training.py [--shapes 4096x4096,...] [--quick] [--blocks 1d,2d,1d_sr,...]
                                            [--min-ctas 0,3] [--reps 20] [--json OUT] [--md OUT]
 
 Per shape (M x K: weights of real layers, 4096x4096 to 16384x53248, and activations of 4096 to 32768
@@ -8,8 +8,10 @@ tokens) and block shape: device time (median, L2 flushed, launches queued behind
 ``timing.time_fn``) of
 
 - ``one_pass``: ``fp4q.quantize_nvfp4_training(x, tensor_sf)`` (both directions; ``block_2d=True`` for
-  ``2d``, ``stochastic=True`` for ``_sr``, the target: at most 1.05 of round-to-nearest) into reused outputs, once per ``--min-ctas`` value (``TrainingConfig.min_ctas_per_sm``, 0 the
-  default rule), a row each;
+  ``2d``; ``stochastic=True`` for ``_sr``, the target: at most 1.05 of round-to-nearest;
+  ``hadamard=`` Transformer Engine's sign mask for ``_rht``, at most 1.15 of the same blocks without;
+  ``four_over_six=True`` for ``_46``, at most 1.3 of the same blocks without) into reused outputs, once
+  per ``--min-ctas`` value (``TrainingConfig.min_ctas_per_sm``, 0 the default rule), a row each;
 - ``composition``: what a user runs without it, ``fp4q.quantize_nvfp4(x)``, then a CuPy transpose of x
   into a reused buffer and ``fp4q.quantize_nvfp4`` of it (1D blocks rounded to nearest only: fp4q has no
   other call that writes 16x16 block scales or rounds stochastically);
@@ -35,8 +37,9 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
 from scripts.bench import timing  # noqa: E402
 from scripts.bench.outputs import add_output_options, ints, names, require_names, write_outputs  # noqa: E402
 
-# Block shapes, each rounded to nearest or stochastically (_sr).
-BLOCKS = ("1d", "2d", "1d_sr", "2d_sr")
+# Block shapes, rounded to nearest or stochastically (_sr), with the columnwise Hadamard transform
+# (_rht: 1D blocks only) or 4/6 (_46).
+BLOCKS = ("1d", "2d", "1d_sr", "2d_sr", "1d_rht", "1d_46", "2d_46")
 # Weights (out x in features of Llama-3 8B/70B and larger MLPs) and activations (tokens x hidden).
 SHAPES = "4096x4096,8192x8192,16384x16384,16384x53248,53248x16384,4096x8192,16384x8192,32768x8192"
 QUICK = "4096x4096,16384x16384,32768x8192"
@@ -56,6 +59,7 @@ def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], re
     import cupy as cp
 
     import fp4q
+    from fp4q.numerics.hadamard import TE_WGRAD_SIGN_MASK
 
     results = []
     rng = np.random.default_rng(0)
@@ -65,7 +69,9 @@ def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], re
         copy = timing.copy_fn_bytes(2 * m * k, 2 * written(m, k))
         t_copy = timing.time_fn(copy, reps=reps).median_us
         for block, ctas in ((b, c) for b in blocks for c in min_ctas):
-            options = dict(block_2d=block.startswith("2d"), stochastic=block.endswith("_sr"))
+            options = dict(block_2d=block.startswith("2d"), stochastic=block.endswith("_sr"),
+                           hadamard=TE_WGRAD_SIGN_MASK if block.endswith("_rht") else None,
+                           four_over_six=block.endswith("_46"))
             config = fp4q.TrainingConfig(min_ctas_per_sm=ctas)
             got = fp4q.quantize_nvfp4_training(x, 1.0, config=config, **options)
             buffers = dict(out=got.q, sf_out=got.sf, out_t=got.q_t, sf_t_out=got.sf_t)

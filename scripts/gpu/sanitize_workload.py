@@ -20,6 +20,7 @@ as initializing memory) then judges only the kernel's reads.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 
@@ -413,30 +414,42 @@ def _bf16(rng, *shape):
     return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
+def _training_options(columnwise: bool):
+    """(block_2d, hadamard, stochastic, four_over_six) the training quantizer combines: the
+    Hadamard transform needs the columnwise direction and 1D blocks."""
+    for block_2d in (False, True):
+        for hadamard in (None, 0xD7E8) if columnwise and not block_2d else (None,):
+            for stochastic in (False, True):
+                for four_over_six in (False, True):
+                    yield block_2d, hadamard, stochastic, four_over_six
+
+
 def training_pass(rng, start: float) -> int:
     """The training quantizer into 0xFF-filled outputs: each direction alone and both, 16x16
-    blocks, stochastic rounding, tiles cut by M and K, both layouts, a given and a dynamic
-    scale; every output byte is written."""
+    blocks, stochastic rounding, the Hadamard transform, 4/6, tiles cut by M and K, both
+    layouts, a given and a dynamic scale (with the transform, the columnwise scale given);
+    every output byte is written."""
     failures = 0
     for m, k in ((16, 16), (144, 400), (272, 2064)):
         x = _bf16(rng, m, k)
         for rowwise, columnwise in ((True, True), (True, False), (False, True)):
-            for block_2d in (False, True):
-                for stochastic in (False, True):
-                    for layout in ("swizzled", "linear"):
-                        for tsf in (0.75, "dynamic"):
-                            options = dict(rowwise=rowwise, columnwise=columnwise, block_2d=block_2d,
-                                           stochastic=stochastic, seed=7, offset=3, sf_layout=layout)
-                            want = reference.quantize_nvfp4_training(x, tsf, **options)
-                            buffers = {name: cp.full(getattr(want, field).shape, 0xFF, cp.uint8)
-                                       for name, field in (("out", "q"), ("sf_out", "sf"), ("out_t", "q_t"),
-                                                           ("sf_t_out", "sf_t")) if getattr(want, field) is not None}
-                            got = fp4q.quantize_nvfp4_training(cp.asarray(x), tsf, **options, **buffers)
-                            same = all(np.array_equal(cp.asnumpy(getattr(got, f)), getattr(want, f))
-                                       for f in ("q", "sf", "q_t", "sf_t") if getattr(want, f) is not None)
-                            if not same:
-                                failures += 1
-                                print(f"MISMATCH training {m}x{k} {options} tensor_sf={tsf!r}", flush=True)
+            for block_2d, hadamard, stochastic, four_over_six in _training_options(columnwise):
+                for layout, tsf in itertools.product(("swizzled", "linear"), (0.75, "dynamic")):
+                    options = dict(rowwise=rowwise, columnwise=columnwise, block_2d=block_2d, hadamard=hadamard,
+                                   stochastic=stochastic, four_over_six=four_over_six, seed=7, offset=3,
+                                   sf_layout=layout)
+                    if hadamard is not None and tsf == "dynamic":
+                        options["columnwise_tensor_sf"] = 0.5
+                    want = reference.quantize_nvfp4_training(x, tsf, **options)
+                    buffers = {name: cp.full(getattr(want, field).shape, 0xFF, cp.uint8)
+                               for name, field in (("out", "q"), ("sf_out", "sf"), ("out_t", "q_t"),
+                                                   ("sf_t_out", "sf_t")) if getattr(want, field) is not None}
+                    got = fp4q.quantize_nvfp4_training(cp.asarray(x), tsf, **options, **buffers)
+                    same = all(np.array_equal(cp.asnumpy(getattr(got, f)), getattr(want, f))
+                               for f in ("q", "sf", "q_t", "sf_t") if getattr(want, f) is not None)
+                    if not same:
+                        failures += 1
+                        print(f"MISMATCH training {m}x{k} {options} tensor_sf={tsf!r}", flush=True)
     print(f"{time.perf_counter() - start:7.1f}s  training", flush=True)
     return failures
 
