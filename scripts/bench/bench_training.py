@@ -1,13 +1,16 @@
 """The one-pass training quantizer beside fp4q's existing calls composed and a copy of its bytes, in one run.
 
     python scripts/bench/bench_training.py [--shapes 4096x4096,...] [--quick] [--blocks 1d,2d,1d_sr,...]
-                                           [--min-ctas 0,3] [--reps 20] [--json OUT] [--md OUT]
+                                           [--min-ctas 0,3] [--tensor-sf 1.0|dynamic] [--reps 20]
+                                           [--json OUT] [--md OUT]
 
 Per shape (M x K: weights of real layers, 4096x4096 to 16384x53248, and activations of 4096 to 32768
 tokens) and block shape: device time (median, L2 flushed, launches queued behind a spin kernel:
 ``timing.time_fn``) of
 
-- ``one_pass``: ``fp4q.quantize_nvfp4_training(x, tensor_sf)`` (both directions; ``block_2d=True`` for
+- ``one_pass``: ``fp4q.quantize_nvfp4_training(x, tensor_sf)`` (``--tensor-sf``, 1.0 by default;
+  ``dynamic`` adds the amax and scale passes, after the Hadamard transform the post-RHT amax pass:
+  Transformer Engine's forward input with ``_rht``) (both directions; ``block_2d=True`` for
   ``2d``; ``stochastic=True`` for ``_sr``, the target: at most 1.05 of round-to-nearest;
   ``hadamard=`` Transformer Engine's sign mask for ``_rht``, at most 1.15 of the same blocks without;
   ``four_over_six=True`` for ``_46``, at most 1.3 of the same blocks without) into reused outputs, once
@@ -50,12 +53,18 @@ def shapes(text: str) -> list[tuple[int, int]]:
     return [(int(m), int(k)) for m, k in (s.split("x") for s in text.split(",") if s)]
 
 
+def tensor_scale(text: str) -> float | str:
+    """``dynamic`` or a float."""
+    return text if text == "dynamic" else float(text)
+
+
 def written(m: int, k: int) -> int:
     """The bytes one direction writes: codes and e4m3 scales."""
     return m * k // 2 + m * k // 16
 
 
-def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], reps: int) -> list[dict]:
+def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], reps: int,
+        tensor_sf: float | str = 1.0) -> list[dict]:
     import cupy as cp
 
     import fp4q
@@ -73,11 +82,11 @@ def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], re
                            hadamard=TE_WGRAD_SIGN_MASK if block.endswith("_rht") else None,
                            four_over_six=block.endswith("_46"))
             config = fp4q.TrainingConfig(min_ctas_per_sm=ctas)
-            got = fp4q.quantize_nvfp4_training(x, 1.0, config=config, **options)
+            got = fp4q.quantize_nvfp4_training(x, tensor_sf, config=config, **options)
             buffers = dict(out=got.q, sf_out=got.sf, out_t=got.q_t, sf_t_out=got.sf_t)
 
             def one_pass():
-                fp4q.quantize_nvfp4_training(x, 1.0, config=config, seed=1, offset=2, **options, **buffers)
+                fp4q.quantize_nvfp4_training(x, tensor_sf, config=config, seed=1, offset=2, **options, **buffers)
 
             t_one = timing.time_fn(one_pass, reps=reps).median_us
             t_comp = None
@@ -85,13 +94,13 @@ def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], re
                 xt = cp.empty((k, m), cp.uint16)
 
                 def composition():
-                    fp4q.quantize_nvfp4(x, 1.0, out=got.q, sf_out=got.sf)
+                    fp4q.quantize_nvfp4(x, tensor_sf, out=got.q, sf_out=got.sf)
                     cp.copyto(xt, x.T)
-                    fp4q.quantize_nvfp4(xt, 1.0, out=got.q_t, sf_out=got.sf_t)
+                    fp4q.quantize_nvfp4(xt, tensor_sf, out=got.q_t, sf_out=got.sf_t)
 
                 t_comp = timing.time_fn(composition, reps=reps, entries=3).median_us
                 del xt
-            row = dict(m=m, k=k, blocks=block, min_ctas=ctas, one_pass_us=round(t_one, 2),
+            row = dict(m=m, k=k, blocks=block, min_ctas=ctas, tensor_sf=tensor_sf, one_pass_us=round(t_one, 2),
                        composition_us=None if t_comp is None else round(t_comp, 2), copy_us=round(t_copy, 2),
                        one_pass_over_copy=round(t_one / t_copy, 3),
                        composition_over_one_pass=None if t_comp is None else round(t_comp / t_one, 3))
@@ -104,13 +113,13 @@ def run(cases: list[tuple[int, int]], blocks: list[str], min_ctas: list[int], re
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| M x K | blocks | min CTAs | one pass us | composition us | copy us | one pass / copy | "
-             "composition / one pass |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| M x K | blocks | tensor_sf | min CTAs | one pass us | composition us | copy us | one pass / copy | "
+             "composition / one pass |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         comp = "n/a" if r["composition_us"] is None else f"{r['composition_us']:.1f}"
         ratio = "n/a" if r["composition_over_one_pass"] is None else f"{r['composition_over_one_pass']:.2f}"
-        lines.append(f"| {r['m']}x{r['k']} | {r['blocks']} | {r['min_ctas']} | {r['one_pass_us']:.1f} | {comp} | {r['copy_us']:.1f} | "
-                     f"{r['one_pass_over_copy']:.2f} | {ratio} |")
+        lines.append(f"| {r['m']}x{r['k']} | {r['blocks']} | {r['tensor_sf']} | {r['min_ctas']} | "
+                     f"{r['one_pass_us']:.1f} | {comp} | {r['copy_us']:.1f} | {r['one_pass_over_copy']:.2f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -121,6 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("--blocks", type=names, default=list(BLOCKS), help=f"comma-separated, of {', '.join(BLOCKS)}")
     parser.add_argument("--min-ctas", type=ints, default=[0],
                         help="comma-separated TrainingConfig.min_ctas_per_sm values (0: the default rule)")
+    parser.add_argument("--tensor-sf", type=tensor_scale, default=1.0, help="a float or 'dynamic' (default 1.0)")
     parser.add_argument("--reps", type=int, default=20)
     add_output_options(parser)
     args = parser.parse_args(argv)
@@ -128,7 +138,7 @@ def main(argv=None) -> int:
     if args.shapes is not None and args.quick:
         parser.error("--shapes and --quick choose the shapes: give one of them")
     cases = args.shapes or shapes(QUICK if args.quick else SHAPES)
-    results = run(cases, args.blocks, args.min_ctas, args.reps)
+    results = run(cases, args.blocks, args.min_ctas, args.reps, args.tensor_sf)
     write_outputs(args, results, table(results))
     return 0
 
