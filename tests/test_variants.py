@@ -14,7 +14,7 @@ from fp4q.kernels.tuning import choose_config, tuned_table
 from fp4q.kernels.rules import ConfigError
 from fp4q.kernels.quantize import QuantizeConfig, SimtConfig, default_config, default_mx_config
 from fp4q.kernels.rows import RowConfig
-from fp4q.kernels.training import TrainingConfig
+from fp4q.kernels.training import HadamardAmaxConfig, TrainingConfig
 from fp4q.kernels.spec import Swizzle
 from fp4q.kernels.variants import MIN_FITTED_STAGES, SHIPPED_MX, SHIPPED, SIMT, all_variants, fitted, op_of
 
@@ -211,7 +211,7 @@ def test_pre_hopper_ships_only_simt_row_training_global_scale_and_fake_quantize(
     out = all_variants(arch)
     kinds = {type(c) for c in out.values()}
     assert kinds == {SimtConfig, RowConfig, DequantizeSimtConfig, AmaxConfig, GlobalScaleConfig, FusedDynamicConfig,
-                     TrainingConfig, FakeQuantizeConfig}
+                     TrainingConfig, HadamardAmaxConfig, FakeQuantizeConfig}
     assert set(SIMT) <= {n.split("/")[0] for n in out if isinstance(out[n], SimtConfig)}
 
 
@@ -293,3 +293,6 @@ def test_every_training_call_is_shipped(arch):
     assert all(op_of(cfg) == "quantize_nvfp4_training" for cfg in training)
     for four_over_six in (False, True):  # the scale pass of "dynamic"
         assert GlobalScaleConfig(four_over_six=four_over_six, arch=arch) in shipped
+    for dtype in ("bfloat16", "float16"):  # the amax pass of a dynamic columnwise scale under the transform
+        amax = HadamardAmaxConfig(input_dtype=dtype, arch=arch)
+        assert amax in shipped and op_of(amax) == "quantize_nvfp4_training"

@@ -8,7 +8,8 @@ options (stochastic rounding, the Hadamard transform, 4/6) are the call's
 fields; the layout, input dtype and target as for every kernel. Each direction's
 tensor scale is a by-value argument or a device float32 (its pointer not null),
 so one kernel serves every tensor-scale mode (``tensor_sf_mode`` stays
-``"value"``).
+``"value"``). A dynamic columnwise scale under the Hadamard transform is taken over the
+transformed values by a pass of its own (``HadamardAmaxConfig``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 
 from .call import CallFields
 from .quantize import quantize_flags
-from .rules import check_bool, check_int, require
-from .spec import KernelSpec, TileGrid, params
+from .rules import check_bool, check_choice, check_int, require
+from .spec import KernelSpec, StrideGrid, TileGrid, params, simt_spec
+from .walk import UNIT_DIVISOR_PARAMS
 
 TRAINING_THREADS = 256
 # Rows and columns of x per CTA: a multiple of 16 both ways, so that 16x16 blocks and the columnwise
@@ -34,6 +36,10 @@ TRAINING_PARAMS = params(
     ("columnwise_tensor_sf_value", "f32"), ("columnwise_tensor_sf_ptr", "ptr"), ("seed", "u64"), ("offset", "u64"),
     ("hadamard", "u32"),
 )
+HADAMARD_AMAX_PARAMS = (*params(("x", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"),
+                                ("hadamard", "u32")),
+                        *UNIT_DIVISOR_PARAMS, *params(("partial", "ptr"), ("partial_x", "ptr")))
+HADAMARD_AMAX_CTAS_PER_SM = 4  # partial maxima per SM at most: the scale pass reads them all
 
 
 @dataclass(frozen=True)
@@ -87,3 +93,30 @@ class TrainingConfig(CallFields):
         return KernelSpec("fp4q_quantize_fp4_training", "kernels/quantize_fp4_training.cu", self.arch, constants,
                           quantize_flags(self), TRAINING_PARAMS, TRAINING_THREADS, 0,
                           TileGrid(TRAINING_TILE, TRAINING_TILE, persistent=False))
+
+
+@dataclass(frozen=True)
+class HadamardAmaxConfig(CallFields):
+    """The amax pass of a dynamic columnwise scale under the Hadamard transform
+    (``kernels/hadamard_amax.cu``): per CTA, the maximum of the transformed column groups'
+    magnitudes and, where asked, of x's (the rowwise direction's dynamic scale), a thread
+    taking two columns of 16 rows at a time; ``threads`` per CTA. The sign mask is a launch
+    parameter; the input dtype and target as for every kernel."""
+
+    threads: int = 256
+
+    def check(self) -> None:
+        self.check_prologue(("none",))
+        check_choice("threads", self.threads, (128, 256, 512))
+        require(self.fmt == "nvfp4", f"fmt must be 'nvfp4' for a HadamardAmaxConfig, got {self.fmt!r}")
+
+    @staticmethod
+    def units_per_row(cols: int) -> int:
+        """The walk's divisor: a unit is a column pair of 16 rows."""
+        return cols // 2
+
+    @functools.cached_property
+    def spec(self) -> KernelSpec[StrideGrid]:
+        return simt_spec("hadamard_amax", self.arch, (("SIMT_THREADS", self.threads),), self.input_flags,
+                         HADAMARD_AMAX_PARAMS, self.threads,
+                         StrideGrid(self.threads, max_ctas_per_sm=HADAMARD_AMAX_CTAS_PER_SM))

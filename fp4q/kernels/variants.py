@@ -24,7 +24,7 @@ from .dequantize import DequantizeConfig, DequantizeSimtConfig
 from .fake_quantize import FakeQuantizeConfig
 from .global_scale import AmaxConfig, FusedDynamicConfig, GlobalScaleConfig
 from .rules import ConfigError
-from .training import TrainingConfig
+from .training import HadamardAmaxConfig, TrainingConfig
 from .tuning import FUSED_DYNAMIC_BLOCK_SIZES
 
 S = Swizzle
@@ -236,12 +236,16 @@ def row_variants(arch: str) -> dict[str, RowConfig]:
 TRAINING_DIRECTIONS = {"rowwise": (True, False), "columnwise": (False, True), "both": (True, True)}
 
 
-def training_variants(arch: str) -> dict[str, TrainingConfig]:
+def training_variants(arch: str) -> dict[str, TrainingConfig | HadamardAmaxConfig]:
     """The training quantizers for ``arch``, named ``training_{rowwise,columnwise,both}[_2d][_sr][_rht]
     [_4over6][_fp16]/sf_layout``: every direction, block shape, rounding, input dtype and scale
     layout a call may take, with the Hadamard transform where it applies (a columnwise direction,
-    1D blocks) and 4/6 everywhere."""
-    out = {}
+    1D blocks) and 4/6 everywhere; and the amax pass of a dynamic columnwise scale under the
+    transform, ``training_hadamard_amax[_fp16]``."""
+    out: dict[str, TrainingConfig | HadamardAmaxConfig] = {
+        f"training_hadamard_amax{'_fp16' if dtype == 'float16' else ''}": HadamardAmaxConfig(input_dtype=dtype,
+                                                                                            arch=arch)
+        for dtype in INPUT_DTYPES}
     for directions, (rowwise, columnwise) in TRAINING_DIRECTIONS.items():
         for block_2d in (False, True):
             for hadamard in (False, True) if columnwise and not block_2d else (False,):
@@ -290,7 +294,7 @@ def fake_quantize_variants(arch: str) -> dict[str, FakeQuantizeConfig]:
 
 
 def all_variants(arch: str) -> dict[str, QuantizeConfig | SimtConfig | RowConfig | TrainingConfig
-                                      | FakeQuantizeConfig]:
+                                      | HadamardAmaxConfig | FakeQuantizeConfig]:
     """Every shipped config for ``arch``, duplicates dropped, each in every scale layout it
     writes and both tensor_sf modes: the named configs (bf16 input, for coverage: only an explicit
     ``config=`` runs them), then those calls choose by themselves (tuned-table entries,
@@ -340,7 +344,7 @@ def op_of(cfg) -> str:
     ``fake_quantize_nvfp4``'s (each also serves ``quantize_nvfp4_training``'s ``"dynamic"``)."""
     if isinstance(cfg, GlobalScaleConfig) and cfg.four_over_six:
         return "fake_quantize_nvfp4"
-    if isinstance(cfg, TrainingConfig):
+    if isinstance(cfg, (TrainingConfig, HadamardAmaxConfig)):
         return "quantize_nvfp4_training"
     if isinstance(cfg, (AmaxConfig, GlobalScaleConfig)):
         return "global_scale" if cfg.prologue == "none" else f"{cfg.prologue_op}_quantize_nvfp4"

@@ -260,15 +260,17 @@ def runner_source(op: Op) -> str:
         else:
             results.append(f"r{outs.index(o) + 1}")
     returned = results[0] if len(results) == 1 else f"{', '.join(results)}"
-    if second is not None:  # a dynamic scale, computed once, is every dynamic direction's
+    if second is not None:  # a dynamic scale, computed once, is every dynamic direction's, or (the
+        # launch's scale_t_apart) the columnwise one is computed apart, the allocation's second element
         assert scale is not None and op.result is not None
         lines += ["    if mode is DYNAMIC or mode_t is DYNAMIC:",
-                  *scalar_lines("computed", "'scale'", "        "),
-                  "    else:", "        computed = None",
+                  *scalar_lines("computed", "'scale'", "        ", whole="scales"),
+                  "        computed_t = scales[1] if launch.scale_t_apart else computed",
+                  "    else:", "        computed = computed_t = None",
                   "    launch(handle, pdl, values)",
                   f"    used = computed if mode is DYNAMIC else {scale.name} if scale_ptr else float32(value)",
-                  f"    used_t = used if mode_t is SAME_SCALE else computed if mode_t is DYNAMIC else "
-                  f"{second.name} if scale_ptr_t else float32(value_t)",
+                  f"    used_t = computed_t if launch.scale_t_apart or mode_t is DYNAMIC else used if mode_t is "
+                  f"SAME_SCALE else {second.name} if scale_ptr_t else float32(value_t)",
                   f"    return OP.result({', '.join(results)}, used, used_t)"]
         return "\n".join(lines) + "\n"
     if scale is not None and scale.dynamic:
@@ -289,14 +291,16 @@ def unpacked(names: list[str]) -> str:
     return f"{names[0]}," if len(names) == 1 else ", ".join(names)
 
 
-def scalar_lines(name: str, role: str, indent: str) -> list[str]:
+def scalar_lines(name: str, role: str, indent: str, whole: str | None = None) -> list[str]:
     """Source that allocates scalar output ``name`` of ``role`` and appends its address to the
     values: followed, in the same allocation, by the launch's ``workspace`` float32
     elements, which then make it a view of that allocation (a view costs a host
-    microsecond: only where needed)."""
+    microsecond: only where needed); ``whole`` names the allocation too (with a workspace)."""
+    keep = [f"{indent}    {whole} = {name}"] if whole else []
     return [f"{indent}workspace = launch.workspace",
             f"{indent}if workspace:",
             f"{indent}    {name}, p = allocate({role}, (1 + workspace,), device, handle)",
+            *keep,
             f"{indent}    {name} = {name}[0]",
             f"{indent}else:",
             f"{indent}    {name}, p = allocate({role}, (), device, handle)",

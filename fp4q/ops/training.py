@@ -7,10 +7,12 @@ weight-gradient GEMM of NVFP4 training; ``block_2d`` gives both directions one s
 ``four_over_six`` chooses each group's (block's) scale between two candidates.
 ``tensor_sf="dynamic"`` (or ``columnwise_tensor_sf="dynamic"``) runs ``global_scale``'s two
 kernels first (its 4/6 scale pass under ``four_over_six``) and the quantizer reads the scale
-they wrote, chained with PDL; every dynamic direction takes that one scale, which holds while
-the values both directions quantize are ``x``'s: a dynamic columnwise scale with ``hadamard``
-(the amax of the transformed values) is refused. The numerics are NVFP4_SPEC.md's, "The
-project's exact sequences: training quantizers".
+they wrote, chained with PDL; every dynamic direction takes that one scale, the values both
+directions quantize being ``x``'s. With ``hadamard`` the columnwise direction quantizes the
+transformed values, so its dynamic scale is their own (the post-RHT amax): one pass over ``x``
+takes their maximum and, where the rowwise scale is dynamic too, ``x``'s, and a scale pass
+turns each into its direction's scale. The numerics are NVFP4_SPEC.md's, "The project's exact
+sequences: training quantizers".
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
-from ..kernels.training import TrainingConfig
+from ..kernels.global_scale import GlobalScaleConfig
+from ..kernels.training import HadamardAmaxConfig, TrainingConfig
+from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
 from .declare import DYNAMIC, SAME_SCALE, Array, Geometry, Op, TensorScale
 from .options import Flag, Integer, PerCall
@@ -82,15 +86,57 @@ def rules(g: Geometry) -> None:
                          "direction only")
 
 
+class HadamardScales:
+    """The dynamic scales of a call with the Hadamard transform: the columnwise direction's
+    over its transformed column groups (the post-RHT amax) and, with ``rowwise``, the rowwise
+    direction's over ``x``, both maxima taken by one pass over ``x``; then ``global_scale``'s
+    scale pass (its 4/6 one under ``four_over_six``) for each. The call's scalar allocation
+    holds the rowwise scale, the columnwise scale, the columnwise partial maxima, then the
+    rowwise ones."""
+
+    __slots__ = ("amax", "scale", "rowwise", "count", "workspace")
+
+    def __init__(self, plan, rowwise: bool, four_over_six: bool, dev) -> None:
+        scale_cfg = GlobalScaleConfig(four_over_six=four_over_six, arch=dev.arch)
+        self.amax, self.rowwise, self.count = None, rowwise, 0
+        if not plan.view.empty:
+            cfg = HadamardAmaxConfig(input_dtype=plan.call["input_dtype"], arch=dev.arch)
+            kernel = get_kernel(cfg.spec, dev.ordinal)
+            per_row = cfg.units_per_row(plan.geometry.k)
+            self.count = cfg.spec.grid.size(plan.view.rows // GROUP * per_row, dev.sm_count, kernel.ctas_per_sm)
+            # Without the rowwise maximum, partial_x is null.
+            slots = (("x", "ptr"), ("partial", "ptr"), *((("partial_x", "ptr"),) if rowwise else ()))
+            fixed = {**plan.fixed, **dict(unit_divisor(per_row)), **({} if rowwise else {"partial_x": 0})}
+            self.amax = KernelLaunch(cfg, kernel, self.count, slots, fixed)
+        self.scale = KernelLaunch(scale_cfg, get_kernel(scale_cfg.spec, dev.ordinal), 1,
+                                  (("partial", "ptr"), ("scale", "ptr")), {"count": self.count})
+        self.workspace = 1 + self.count * (2 if rowwise else 1)
+
+    def __call__(self, stream: int, pdl: bool, values) -> None:
+        """``values``: x's pointer, the allocation's."""
+        x, scales = values
+        partial = scales + 8
+        partial_x = partial + 4 * self.count
+        if self.amax is not None:
+            self.amax(stream, pdl, (x, partial, partial_x) if self.rowwise else (x, partial))
+        self.scale(stream, pdl, (partial, scales + 4))
+        if self.rowwise:
+            self.scale(stream, pdl, (partial_x, scales))
+
+
 class TrainingLaunch:
-    """The launches of one kind of call and tensor-scale modes: ``global_scale``'s two
-    kernels where a direction's scale is ``"dynamic"`` (into the scalar the call appends to
-    the values), then the quantizer (``None`` for an empty input), which reads it there."""
+    """The launches of one kind of call and tensor-scale modes: where a direction's scale is
+    ``"dynamic"``, the passes that compute it into the scalar allocation the call appends to
+    the values (``global_scale``'s two kernels, one scale for every dynamic direction; or
+    ``HadamardScales``, the columnwise scale apart: ``scale_t_apart``, the allocation's second
+    element), then the quantizer (``None`` for an empty input), which reads them there."""
 
-    __slots__ = ("scale", "quantize", "dynamic", "workspace", "config")
+    __slots__ = ("scale", "quantize", "dynamic", "scale_t_apart", "workspace", "config")
 
-    def __init__(self, scale: ScaleLaunch | None, quantize: KernelLaunch | None, dynamic: tuple[bool, bool]) -> None:
+    def __init__(self, scale: ScaleLaunch | HadamardScales | None, quantize: KernelLaunch | None,
+                 dynamic: tuple[bool, bool]) -> None:
         self.scale, self.quantize, self.dynamic = scale, quantize, dynamic
+        self.scale_t_apart = isinstance(scale, HadamardScales)
         self.workspace = scale.workspace if scale is not None else 0
         self.config = None if quantize is None else quantize.config
 
@@ -99,9 +145,9 @@ class TrainingLaunch:
             computed = values[-1]
             self.scale(stream, pdl, (values[0], computed))
             values = list(values[:-1])
-            for ptr, dynamic in zip((SCALE_PTR, SCALE_PTR_T), self.dynamic):
+            for ptr, dynamic, offset in zip((SCALE_PTR, SCALE_PTR_T), self.dynamic, (0, 4 * self.scale_t_apart)):
                 if dynamic:
-                    values[ptr] = computed
+                    values[ptr] = computed + offset
         if self.quantize is not None:
             self.quantize(stream, pdl, values)
 
@@ -120,19 +166,18 @@ class TrainingKernels:
             raise ValueError("columnwise_tensor_sf cannot be combined with block_2d=True: both directions share the "
                              "2D blocks' scales and tensor_sf")
         dynamic = (mode is DYNAMIC, mode_t is DYNAMIC or (mode_t is SAME_SCALE and mode is DYNAMIC))
-        hadamard = g.options["hadamard"]
-        if dynamic[1] and hadamard is not None:
-            # One scale serves every dynamic direction: the amax of x, which the transform changes.
-            given = ("columnwise_tensor_sf='dynamic'" if mode_t is DYNAMIC
-                     else "tensor_sf='dynamic' with columnwise_tensor_sf=None")
-            raise ValueError(f"{given} cannot be combined with hadamard={hadamard!r}: the columnwise scale would be "
-                             "taken over the transformed values (the post-RHT amax), which no kernel computes; pass "
-                             "columnwise_tensor_sf as a float or a device float32 scalar")
         obstacle = alignment_obstacle(plan, pointers)
         if obstacle is not None:
             raise ValueError(f"{plan.op.name} loads and stores 16 bytes at a time: {obstacle}")
         dev = driver.device(plan.view.device)
-        scale = ScaleLaunch(plan, True, g.options["four_over_six"]) if any(dynamic) else None
+        four_over_six = g.options["four_over_six"]
+        scale: ScaleLaunch | HadamardScales | None
+        if dynamic[1] and g.options["hadamard"] is not None:
+            # The rowwise scale is computed where it is dynamic and its direction written.
+            dynamic = (dynamic[0] and g.options["rowwise"], True)
+            scale = HadamardScales(plan, dynamic[0], four_over_six, dev)
+        else:
+            scale = ScaleLaunch(plan, True, four_over_six) if any(dynamic) else None
         if plan.empty:
             return TrainingLaunch(scale, None, dynamic)
         call = dict(plan.call, arch=dev.arch)
@@ -161,9 +206,10 @@ weight-gradient GEMM's operand; the rowwise direction quantizes ``x`` itself): i
 both directions keeps the scale mapping its amax to 4 where that loses less.
 ``columnwise=True`` and ``block_2d`` need ``M % 16 == 0``. ``tensor_sf="dynamic"``
 (``columnwise_tensor_sf="dynamic"``) computes ``global_scale(x)`` on the device first
-(``256 * 6 / amax`` under ``four_over_six``); with ``hadamard`` the columnwise scale cannot be
-``"dynamic"`` (it would be the transformed values'). Needs 16-byte aligned ``x`` rows and
-outputs.""",
+(``256 * 6 / amax`` under ``four_over_six``); with ``hadamard`` a dynamic columnwise scale is
+taken over the transformed values (the post-RHT amax), so ``tensor_sf="dynamic"`` gives the
+two directions two scales (Transformer Engine's forward input). Needs 16-byte aligned ``x``
+rows and outputs.""",
     fmt="nvfp4",
     main=X,
     tensor_scale=TensorScale(dynamic=True, doc="``448 * 6 / amax`` (``256 * 6 / amax`` under 4/6): a float, a device "
