@@ -32,10 +32,11 @@
 // STOCHASTIC: each group's codes round stochastically
 // (numerics/stochastic.cuh) with the four Philox words of its own index
 // and direction (numerics/philox.cuh), a rowwise lane the two words of its
-// half. With BLOCK_2D every element is rounded once, with its rowwise
-// bits: the rowwise pass also puts its codes in shared memory, and the
-// columnwise pass then transposes them into q_t (a column's byte of each
-// row holds the codes of its two columns).
+// half (a lane pair computes its groups' words in two rows, one row's each,
+// and exchanges them: pair_random_words). With BLOCK_2D every element is
+// rounded once, with its rowwise bits: the rowwise pass also puts its codes
+// in shared memory, and the columnwise pass then transposes them into q_t
+// (a column's byte of each row holds the codes of its two columns).
 //
 // HADAMARD (1D columnwise only): each column group's 16 values, widened to
 // float32, take the 16-point transform under the launch's sign mask
@@ -151,6 +152,27 @@ FP4Q_DEVICE void transpose_codes(const u32 (&codes)[ROWS][CHUNKS], int rg, int b
     }
 }
 
+// A lane pair's rowwise random words of its groups in two rows (one group
+// column): r[h] this lane's two of the four words of row h's group
+// (NVFP4_SPEC.md, "Random bits": words 0, 1 the first lane's half, 2, 3 the
+// second's). Rather than both lanes running the Philox rounds (stochastic
+// rounding's costliest part) of both groups, the first lane runs those of
+// row 0's group, the second those of row 1's (`index`: the group of the
+// lane's own row), and each passes the other the two words of its half:
+// one Philox block per group. Shuffles: all lanes of the warp call it together.
+FP4Q_DEVICE void pair_random_words(u64 seed, u64 offset, u64 index, bool second, u32 (&r)[2][2]) {
+    u32 words[4];
+    group_random_words(seed, offset, index, ROWWISE, words);
+    // Selected, not indexed (no local memory): the first lane's half is words 0, 1, the second's 2, 3.
+    const u32 own_lo = second ? words[2] : words[0], own_hi = second ? words[3] : words[1];
+    const u32 other_lo = f32_bits(shfl_sync_bfly_b32(f32_from_bits(second ? words[0] : words[2]), 1u));
+    const u32 other_hi = f32_bits(shfl_sync_bfly_b32(f32_from_bits(second ? words[1] : words[3]), 1u));
+    r[0][0] = second ? other_lo : own_lo;
+    r[0][1] = second ? other_hi : own_hi;
+    r[1][0] = second ? own_lo : other_lo;
+    r[1][1] = second ? own_hi : other_hi;
+}
+
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, MIN_CTAS)
 fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* __restrict__ sf_out,
                            u8* __restrict__ out_t, u8* __restrict__ sf_t_out, i64 x_row_stride, i32 rows, i32 cols,
@@ -190,6 +212,8 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
     // 2D, its block's, from the columnwise pass (with 4/6, the block's kept
     // scale instead).
     const auto rowwise = [&] {
+        static_assert(LOADS % 2 == 0, "a thread's chunks in pairs (j, j + 1) for their random words");
+        u32 pair_words[2][2];  // STOCHASTIC: this lane's random words of chunks j - j % 2 and j - j % 2 + 1
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
             const i32 row = m0 + row0 + ROW_STEP * j;
@@ -198,14 +222,16 @@ fp4q_quantize_fp4_training(const u16* __restrict__ x, u8* __restrict__ out, u8* 
                 if constexpr (BLOCK_2D) return block_amax[j][chunk / 2];
                 else return max_f32(amax, shfl_sync_bfly_b32(amax, 1));
             };
-            // This lane's half of the group's random words (selected, not indexed: no local memory).
+            // This lane's half of the group's random words, computed for chunks j and j + 1 at once.
             const bool second = chunk % 2 == 1;
             u32 r_lo = 0u, r_hi = 0u;
             if constexpr (STOCHASTIC) {
-                u32 r[4];
-                group_random_words(seed, offset, static_cast<u64>(row) * groups + group, ROWWISE, r);
-                r_lo = second ? r[2] : r[0];
-                r_hi = second ? r[3] : r[1];
+                if (j % 2 == 0) {  // j is unrolled: all lanes, no divergence
+                    const i32 own_row = row + (second ? ROW_STEP : 0);
+                    pair_random_words(seed, offset, static_cast<u64>(own_row) * groups + group, second, pair_words);
+                }
+                r_lo = pair_words[j % 2][0];
+                r_hi = pair_words[j % 2][1];
             }
             u32 code, byte;
             if constexpr (FOUR_OVER_SIX) {
