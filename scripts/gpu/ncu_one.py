@@ -1,12 +1,12 @@
 """Three calls of one op at one shape, for a profiler such as ncu (needs a GPU).
 
     ncu --clock-control none --launch-skip-before-match 2 -k regex:NAME python scripts/gpu/ncu_one.py MxK [CONFIG]
-        [--op quantize|dynamic|dequantize|training|training_rht]
+        [--op quantize|dynamic|dequantize|training|training_sr|training_rht]
 
 ``quantize``: ``quantize_nvfp4(x, 1.0)`` with a shipped config (default: the call's own
 choice); ``dynamic``: ``quantize_nvfp4(x, "dynamic")``; ``dequantize``: ``dequantize_nvfp4`` of
 x's codes; ``training``: ``quantize_nvfp4_training(x, 1.0)``, both directions;
-``training_rht``: the same with Transformer Engine's sign mask and ``tensor_sf="dynamic"``
+``training_sr``: the same rounded stochastically; ``training_rht``: the same with Transformer Engine's sign mask and ``tensor_sf="dynamic"``
 (the post-RHT amax pass). x is bf16 normal(0, 1) data."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-OPS = ("quantize", "dynamic", "dequantize", "training", "training_rht")
+OPS = ("quantize", "dynamic", "dequantize", "training", "training_sr", "training_rht")
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -65,6 +65,7 @@ def main(argv=None) -> None:
         "dynamic": lambda: fp4q.quantize_nvfp4(x, "dynamic"),
         "dequantize": lambda: fp4q.dequantize_nvfp4(q, sf, 1.0),
         "training": lambda: fp4q.quantize_nvfp4_training(x, 1.0),
+        "training_sr": lambda: fp4q.quantize_nvfp4_training(x, 1.0, stochastic=True, seed=1, offset=2),
         "training_rht": lambda: fp4q.quantize_nvfp4_training(x, "dynamic", hadamard=TE_WGRAD_SIGN_MASK),
     }
     for _ in range(3):
