@@ -287,7 +287,7 @@ def test_options_with_dynamic_and_device_scales(stochastic):
     for tensor_sf, columnwise_tensor_sf in (("dynamic", "dynamic"), (0.5, "dynamic"), ("dynamic", 7.0),
                                             ("dynamic", device)):
         got = check(cp, x, tensor_sf, columnwise_tensor_sf=columnwise_tensor_sf, four_over_six=True, **common)
-        assert (got.tensor_sf is got.tensor_sf_t) == (columnwise_tensor_sf == "dynamic" and tensor_sf == "dynamic")
+        assert (got.tensor_sf is got.tensor_sf_t) == (isinstance(columnwise_tensor_sf, str) and tensor_sf == "dynamic")
     # The Hadamard transform: a dynamic rowwise scale beside a given columnwise one.
     for columnwise_tensor_sf in (7.0, device):
         for four_over_six in (False, True):

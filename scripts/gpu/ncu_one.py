@@ -1,13 +1,14 @@
 """Three calls of one op at one shape, for a profiler such as ncu (needs a GPU).
 
-    ncu --clock-control none --launch-skip-before-match 2 -k regex:NAME python scripts/gpu/ncu_one.py MxK [CONFIG]
+    ncu --clock-control none -k regex:fp4q_ --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --csv --page details python scripts/gpu/ncu_one.py MxK [CONFIG]
         [--op quantize|dynamic|dequantize|training|training_sr|training_rht]
 
 ``quantize``: ``quantize_nvfp4(x, 1.0)`` with a shipped config (default: the call's own
 choice); ``dynamic``: ``quantize_nvfp4(x, "dynamic")``; ``dequantize``: ``dequantize_nvfp4`` of
 x's codes; ``training``: ``quantize_nvfp4_training(x, 1.0)``, both directions;
-``training_sr``: the same rounded stochastically; ``training_rht``: the same with Transformer Engine's sign mask and ``tensor_sf="dynamic"``
-(the post-RHT amax pass). x is bf16 normal(0, 1) data."""
+``training_sr``: the same rounded stochastically; ``training_rht``: the same with Transformer
+Engine's sign mask and ``tensor_sf="dynamic"`` (the post-RHT amax pass). x is bf16 normal(0, 1) data."""
 
 from __future__ import annotations
 
