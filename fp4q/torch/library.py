@@ -164,6 +164,12 @@ class Signature:
         self.required = len(args) - len(self.defaults)
         self.inputs = 1 + len(op.inputs)
         self.has_scale = scale is not None
+        # split's fixed parts, taken from the op once: whether the ops layer takes the scalars as one
+        # tuple, with a columnwise scale's place, and the per-call values' count.
+        self.grouped = len(op.scalars) > 1
+        self.columnwise_place = op.columnwise_scale is not None
+        self.per_call = len(op.per_call)
+        self.no_buffers = (None,) * len(op.outputs)
         returned = [] if outs else ["Tensor"] * len(op.outputs)
         returned += ["Tensor"] if dynamic else []
         self.returns = returned[0] if len(returned) == 1 else f"({', '.join(returned)})"
@@ -175,13 +181,13 @@ class Signature:
         inputs = args[:i]
         tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
         i += self.has_scale
-        buffers = args[i:i + self.out_count] if self.outs else (None,) * len(self.op.outputs)
+        buffers = args[i:i + self.out_count] if self.outs else self.no_buffers
         i += self.out_count
-        if len(self.op.scalars) > 1:  # the ops layer takes them as one tuple
-            columnwise = (args[i] if self.has_columnwise else None,) if self.op.columnwise_scale is not None else ()
+        if self.grouped:
+            columnwise = (args[i] if self.has_columnwise else None,) if self.columnwise_place else ()
             i += self.has_columnwise
-            calls = args[i:i + len(self.op.per_call)]
-            i += len(self.op.per_call)
+            calls = args[i:i + self.per_call]
+            i += self.per_call
             tensor_sf = (tensor_sf, *columnwise, *calls)
         options = args[i:i + self.lead]
         i += self.lead
