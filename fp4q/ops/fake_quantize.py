@@ -7,12 +7,11 @@ from __future__ import annotations
 from ..cuda import driver
 from ..jit.loader import get_kernel
 from ..kernels.fake_quantize import FakeQuantizeConfig
-from ..kernels.global_scale import GlobalScaleConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
 from .declare import DYNAMIC, Array, Geometry, Op, TensorScale
 from .options import Flag, Integer, PerCall
-from .global_scale import X
+from .global_scale import X, scale_pass
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import alignment_obstacle
 
@@ -47,9 +46,7 @@ class DynamicPasses:
             self.amax = _launch(amax_cfg, plan, dev, (("x", "ptr"), ("partial", "ptr")))
             self.workspace = self.amax.grid
             self.quantize = _launch(config, plan, dev, plan.op.slots)
-        scale_cfg = GlobalScaleConfig(four_over_six=config.four_over_six, arch=dev.arch)
-        self.scale = KernelLaunch(scale_cfg, get_kernel(scale_cfg.spec, dev.ordinal), 1,
-                                  (("partial", "ptr"), ("scale", "ptr")), {"count": self.workspace})
+        self.scale = scale_pass(dev, config.four_over_six, self.workspace)
         self.config = None if self.quantize is None else self.quantize.config
 
     def on(self, stream: int) -> tuple["DynamicPasses", None]:

@@ -23,6 +23,14 @@ X = Rows("x", INPUT_DTYPES, INPUT_WHAT, field="input_dtype", doc="bf16 (or fp16)
                                            "rows may be strided")
 
 
+def scale_pass(dev, four_over_six: bool, count: int) -> KernelLaunch:
+    """The scale pass on ``dev``: one CTA reduces ``count`` partial maxima into the scale
+    (``2688 / amax``; ``1536 / amax`` under ``four_over_six``)."""
+    config = GlobalScaleConfig(four_over_six=four_over_six, arch=dev.arch)
+    return KernelLaunch(config, get_kernel(config.spec, dev.ordinal), 1, (("partial", "ptr"), ("scale", "ptr")),
+                        {"count": count})
+
+
 class ScaleLaunch:
     """The amax pass over a kind of call's main input and the scale pass after it, given
     the input's pointer and the scale's: the partial maxima go right after the scale.
@@ -33,8 +41,6 @@ class ScaleLaunch:
     def __init__(self, plan, vector_loads: bool, four_over_six: bool = False) -> None:
         dev = driver.device(plan.view.device)
         view = plan.view
-        self.config = GlobalScaleConfig(four_over_six=four_over_six, arch=dev.arch)
-        scale_kernel = get_kernel(self.config.spec, dev.ordinal)
         self.amax, self.workspace = None, 0
         if not view.empty:
             cfg = AmaxConfig(vector_loads=vector_loads, input_dtype=plan.call["input_dtype"],
@@ -43,8 +49,8 @@ class ScaleLaunch:
             self.workspace = cfg.spec.grid.size(view.rows * plan.geometry.k // cfg.elements_per_unit, dev.sm_count,
                                                 kernel.ctas_per_sm)
             self.amax = KernelLaunch(cfg, kernel, self.workspace, (("x", "ptr"), ("partial", "ptr")), plan.fixed)
-        self.scale = KernelLaunch(self.config, scale_kernel, 1, (("partial", "ptr"), ("scale", "ptr")),
-                                  {"count": self.workspace})
+        self.scale = scale_pass(dev, four_over_six, self.workspace)
+        self.config = self.scale.config
 
     def __call__(self, stream: int, pdl: bool, values, tickets: None = None) -> None:
         """``values``: the input's pointer first, the scale's last."""

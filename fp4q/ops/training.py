@@ -22,13 +22,12 @@ from typing import Any
 
 from ..cuda import driver
 from ..jit.loader import get_kernel
-from ..kernels.global_scale import GlobalScaleConfig
 from ..kernels.training import HadamardAmaxConfig, TrainingConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
 from .declare import DYNAMIC, SAME_SCALE, Array, Geometry, Op, TensorScale
 from .options import Flag, Integer, PerCall
-from .global_scale import X, ScaleLaunch
+from .global_scale import X, ScaleLaunch, scale_pass
 from .plans import KernelLaunch
 from .quantize import OUT, SF_LAYOUT
 from .rows import alignment_obstacle
@@ -97,7 +96,6 @@ class HadamardScales:
     __slots__ = ("amax", "scale", "rowwise", "count", "workspace")
 
     def __init__(self, plan, rowwise: bool, four_over_six: bool, dev) -> None:
-        scale_cfg = GlobalScaleConfig(four_over_six=four_over_six, arch=dev.arch)
         self.amax, self.rowwise, self.count = None, rowwise, 0
         if not plan.view.empty:
             cfg = HadamardAmaxConfig(input_dtype=plan.call["input_dtype"], arch=dev.arch)
@@ -108,8 +106,7 @@ class HadamardScales:
             slots = (("x", "ptr"), ("partial", "ptr"), *((("partial_x", "ptr"),) if rowwise else ()))
             fixed = {**plan.fixed, **dict(unit_divisor(per_row)), **({} if rowwise else {"partial_x": 0})}
             self.amax = KernelLaunch(cfg, kernel, self.count, slots, fixed)
-        self.scale = KernelLaunch(scale_cfg, get_kernel(scale_cfg.spec, dev.ordinal), 1,
-                                  (("partial", "ptr"), ("scale", "ptr")), {"count": self.count})
+        self.scale = scale_pass(dev, four_over_six, self.count)
         self.workspace = 1 + self.count * (2 if rowwise else 1)
 
     def __call__(self, stream: int, pdl: bool, values) -> None:
@@ -165,12 +162,12 @@ class TrainingKernels:
         if g.options["block_2d"] and mode_t is not SAME_SCALE:
             raise ValueError("columnwise_tensor_sf cannot be combined with block_2d=True: both directions share the "
                              "2D blocks' scales and tensor_sf")
-        dynamic = (mode is DYNAMIC, mode_t is DYNAMIC or (mode_t is SAME_SCALE and mode is DYNAMIC))
         obstacle = alignment_obstacle(plan, pointers)
         if obstacle is not None:
             raise ValueError(f"{plan.op.name} loads and stores 16 bytes at a time: {obstacle}")
         dev = driver.device(plan.view.device)
         four_over_six = g.options["four_over_six"]
+        dynamic = (mode is DYNAMIC, mode_t is DYNAMIC or (mode_t is SAME_SCALE and mode is DYNAMIC))
         scale: ScaleLaunch | HadamardScales | None
         if dynamic[1] and g.options["hadamard"] is not None:
             # The rowwise scale is computed where it is dynamic and its direction written.
