@@ -18,6 +18,7 @@ import functools
 from dataclasses import dataclass
 
 from .call import CallFields
+from .global_scale import AMAX_CTAS_PER_SM
 from .quantize import quantize_flags
 from .rules import check_bool, check_choice, check_int, require
 from .spec import KernelSpec, StrideGrid, TileGrid, params, simt_spec
@@ -39,7 +40,6 @@ TRAINING_PARAMS = params(
 HADAMARD_AMAX_PARAMS = (*params(("x", "ptr"), ("x_row_stride", "i64"), ("rows", "i32"), ("cols", "i32"),
                                 ("hadamard", "u32")),
                         *UNIT_DIVISOR_PARAMS, *params(("partial", "ptr"), ("partial_x", "ptr")))
-HADAMARD_AMAX_CTAS_PER_SM = 4  # partial maxima per SM at most: the scale pass reads them all
 
 
 @dataclass(frozen=True)
@@ -119,4 +119,4 @@ class HadamardAmaxConfig(CallFields):
     def spec(self) -> KernelSpec[StrideGrid]:
         return simt_spec("hadamard_amax", self.arch, (("SIMT_THREADS", self.threads),), self.input_flags,
                          HADAMARD_AMAX_PARAMS, self.threads,
-                         StrideGrid(self.threads, max_ctas_per_sm=HADAMARD_AMAX_CTAS_PER_SM))
+                         StrideGrid(self.threads, max_ctas_per_sm=AMAX_CTAS_PER_SM))

@@ -20,7 +20,6 @@
 #include "pipeline/pdl.cuh"
 #include "pipeline/row_walk.cuh"
 #include "ptx/global_memory.cuh"
-#include "ptx/permute.cuh"
 
 // The 16 rows' words of a column pair as the two columns' values, in float32.
 FP4Q_DEVICE void column_values(const u32 (&w)[16], float (&v)[2][16]) {
