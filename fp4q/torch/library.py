@@ -21,6 +21,7 @@ Per declared op ``name`` (``fp4q.ops.api.OPS``):
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -164,44 +165,68 @@ class Signature:
         self.required = len(args) - len(self.defaults)
         self.inputs = 1 + len(op.inputs)
         self.has_scale = scale is not None
-        # split's fixed parts, taken from the op once: whether the ops layer takes the scalars as one
-        # tuple, with a columnwise scale's place, and the per-call values' count.
-        self.grouped = len(op.scalars) > 1
-        self.columnwise_place = op.columnwise_scale is not None
-        self.per_call = len(op.per_call)
-        self.no_buffers = (None,) * len(op.outputs)
         returned = [] if outs else ["Tensor"] * len(op.outputs)
         returned += ["Tensor"] if dynamic else []
         self.returns = returned[0] if len(returned) == 1 else f"({', '.join(returned)})"
+        self.parameters = [a.split("=")[0].split()[-1] for a in args]
+
+    def groups(self) -> tuple[str, str, str, str, str, str]:
+        """The source of a call's arguments in the ops layer's groups (``split``'s result),
+        naming the schema's arguments."""
+        names = self.parameters
+        i = self.inputs
+        inputs = "".join(f"{n}, " for n in names[:i])
+        tensor_sf = repr(self.dynamic) if self.dynamic else names[i] if self.has_scale else "None"
+        i += self.has_scale
+        buffers = "".join(f"{n}, " for n in names[i:i + self.out_count]) if self.outs else "None, " * len(self.op.outputs)
+        i += self.out_count
+        if len(self.op.scalars) > 1:  # one tuple: the scale, the columnwise scale's place, the per-call values
+            columnwise = [names[i] if self.has_columnwise else "None"] if self.op.columnwise_scale is not None else []
+            i += self.has_columnwise
+            tensor_sf = f"({', '.join([tensor_sf, *columnwise, *names[i:i + len(self.op.per_call)]])},)"
+            i += len(self.op.per_call)
+        options = names[i:i + self.lead]
+        i += self.lead
+        pdl = names[i]
+        fp4_dtype = names[i + 1] if self.fp4 else "False"
+        options += names[i + 1 + self.fp4:]
+        return f"({inputs})", tensor_sf, f"({''.join(f'{n}, ' for n in options)})", f"({buffers})", pdl, fp4_dtype
+
+    def function(self, name: str, body: str, namespace: dict):
+        """A function of the schema's arguments (trailing ones with their defaults: torch leaves
+        out those a call gave as their defaults) with ``body`` (source naming them), compiled
+        with ``namespace``'s names: written out, so that a call binds its arguments as fast as
+        a hand-written function does."""
+        params = [n if i < self.required else f"{n}=DEFAULTS[{i - self.required}]"
+                  for i, n in enumerate(self.parameters)]
+        source = f"def {name}({', '.join(params)}):\n    {body}\n"
+        scope = dict(namespace, DEFAULTS=self.defaults)
+        exec(compile(source, f"<fp4q.torch.library: {self.op.name} {name}>", "exec"), scope)
+        return scope[name]
 
     def split(self, args: tuple):
-        """A call's arguments in the ops layer's groups."""
-        args += self.defaults[len(args) - self.required:]
-        i = self.inputs
-        inputs = args[:i]
-        tensor_sf = self.dynamic or (args[i] if self.has_scale else None)
-        i += self.has_scale
-        buffers = args[i:i + self.out_count] if self.outs else self.no_buffers
-        i += self.out_count
-        if self.grouped:
-            columnwise = (args[i] if self.has_columnwise else None,) if self.columnwise_place else ()
-            i += self.has_columnwise
-            calls = args[i:i + self.per_call]
-            i += self.per_call
-            tensor_sf = (tensor_sf, *columnwise, *calls)
-        options = args[i:i + self.lead]
-        i += self.lead
-        pdl = args[i]
-        fp4_dtype = args[i + 1] if self.fp4 else False
-        options += args[i + 1 + self.fp4:]
-        return inputs, tensor_sf, options, buffers, pdl, fp4_dtype
+        """A call's arguments in the ops layer's groups: inputs, tensor scale, options,
+        buffers, pdl, fp4_dtype."""
+        return self.splitter(*args)
+
+    @functools.cached_property
+    def splitter(self):
+        return self.function("split", f"return {', '.join(self.groups())}", {})
 
     def arguments_of(self, inputs: tuple, scale: tuple, buffers: tuple, options: tuple, pdl, fp4_dtype,
                      scalars: tuple = ()) -> tuple:
-        """A call's arguments in the schema's order (``split`` takes them apart); ``scalars``:
-        the columnwise scale where the schema takes one, then the per-call values."""
-        return (*inputs, *scale, *buffers, *scalars, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
+        """A call's arguments in the schema's order (``split`` takes them apart), less the
+        trailing ones equal to their defaults (each argument passed costs the dispatcher time at
+        every boundary it crosses); ``scalars``: the columnwise scale where the schema takes one,
+        then the per-call values."""
+        args = (*inputs, *scale, *buffers, *scalars, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
                 *options[self.lead:])
+        n, defaults, required = len(args), self.defaults, self.required
+        # The same type and value: a traced SymInt is never compared (that would guard on it).
+        while n > required and type(args[n - 1]) is type(defaults[n - 1 - required]) and \
+                args[n - 1] == defaults[n - 1 - required]:
+            n -= 1
+        return args[:n]
 
     def returned(self, result, main, fp4_dtype: bool):
         """What the registered op returns of an op's ``result`` object: its outputs, one the
@@ -215,26 +240,19 @@ class Signature:
         return outputs
 
     def kernel(self):
-        call, split = runner(self.op), self.split
+        """The op's eager kernel: the ops layer's call path on the grouped arguments, returning
+        what the schema returns."""
+        inputs, tensor_sf, options, buffers, pdl, fp4_dtype = self.groups()
+        call = f"RUN({inputs}, {tensor_sf}, {options}, {buffers}, None, None, {pdl}, OUTPUTS[{fp4_dtype}])"
         if self.op.result is not None:
-            def kernel(*args):
-                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
-                return self.returned(call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype]),
-                                     inputs[0], fp4_dtype)
+            body = f"return SIG.returned({call}, {self.parameters[0]}, {fp4_dtype})"
         elif not self.outs:
-            def kernel(*args):
-                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
-                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
+            body = f"return {call}"
         elif self.dynamic:
-            def kernel(*args):
-                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
-                return call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])[-1]
+            body = f"return {call}[-1]"
         else:
-            def kernel(*args):
-                inputs, tensor_sf, options, buffers, pdl, fp4_dtype = split(args)
-                call(inputs, tensor_sf, options, buffers, None, None, pdl, OUTPUTS[fp4_dtype])
-
-        return kernel
+            body = call
+        return self.function("kernel", body, {"RUN": runner(self.op), "SIG": self, "OUTPUTS": OUTPUTS})
 
     def fake(self):
         def fake(*args):
