@@ -33,7 +33,7 @@ import torch
 
 from ..ops.api import OPS
 from ..ops.declare import DYNAMIC, Op
-from ..ops.options import Choice
+from ..ops.options import Choice, Width
 from ..ops.engine import not_dynamic, run
 from ..ops.entry import body, function
 from .library import OUTPUTS, SIGNATURES, fake_outputs, has_codes, schemas
@@ -167,15 +167,65 @@ def dispatch_result(entry: Entry, inputs: tuple, scales: tuple, options: tuple, 
     return op.result(*outputs, *used)
 
 
+def fast_path(entry: Entry, namespace: dict) -> str:
+    """The source of a wrapper's first lines: where a call needs none of ``dispatch``'s
+    general steps (no ``stream=`` or ``config=``, a tensor scale that is a tensor or a float,
+    the outputs all given or none, options that are their schema's values, width options left
+    out), it calls the registered op itself, as a hand-written wrapper would; ``""`` for an
+    op with per-call values, a result object or scales per expert, which always dispatch. Binds
+    the registered ops it calls in ``namespace``."""
+    op = entry.op
+    if op.result is not None or op.per_expert or op.per_call:
+        return ""
+    guard = ["stream is None", *(["config is None"] if op.configurable else [])]
+    if op.with_input is not None:
+        guard.append(f"{op.with_input[0].name} is None")
+    for i, name, choices in entry.dtype_options:
+        namespace[f"CHOICES{i}"] = choices
+        guard.append(f"type({name}) is str and {name} in CHOICES{i}")
+    lead = [c.name for c in op.options if not isinstance(c, Width)]
+    tail = [c.name for c in op.options if isinstance(c, Width)]
+    guard += [f"{name} is None" for name in tail]
+    inputs = [op.main.name, *(a.name for a in op.inputs)]
+    outs = [o.name for o in op.outputs]
+    scale = [] if op.tensor_scale is None else [op.tensor_scale.name]
+    # Per kind of tensor scale, the test that picks it: none, or a tensor, else a float.
+    kinds = [("none", "")] if not scale else [("Tensor", f"isinstance({scale[0]}, TENSOR)"),
+                                             ("float", f"type({scale[0]}) is float")]
+
+    def calls(given: bool, indent: str) -> list[str]:
+        found = []
+        for kind, test in kinds:
+            registered, sig = entry.registered[(kind, given)]
+            namespace[f"{kind.upper()}_{given}"] = registered
+            args = ", ".join([*inputs, *scale, *(outs if given else []), *lead, "pdl", *(["fp4_dtype"] if sig.fp4 else [])])
+            done = f"{kind.upper()}_{given}({args}); return {', '.join(outs)}" if given else \
+                f"return {kind.upper()}_{given}({args})"
+            found.append(f"{indent}if {test}: {done}" if test else f"{indent}{done}")
+        return found
+
+    lines = [f"    if {' and '.join(guard)}:"]
+    if not op.out_keywords:
+        lines += calls(False, "        ")
+    elif not any(o.late for o in op.outputs):  # the outputs all given or none
+        lines += [f"        if {' and '.join(f'{o} is None' for o in outs)}:", *calls(False, "            "),
+                  f"        elif {' and '.join(f'{o} is not None' for o in outs)}:", *calls(True, "            ")]
+    else:
+        return ""
+    return "\n".join(lines) + "\n"
+
+
 def _wrapper(op: Op):
     """``op``'s torch function: its CuPy signature, plus ``fp4_dtype`` where it returns codes; given
     its ``with_input``, the other op's call."""
     other = op.with_input[1] if op.with_input is not None else op
-    namespace = {"dispatch": dispatch, "RUN": Entry(op), "RUN_WITH": Entry(other)}
+    entry = Entry(op)
+    namespace = {"dispatch": dispatch, "RUN": entry, "RUN_WITH": Entry(other), "TENSOR": torch.Tensor}
+    first = fast_path(entry, namespace)
     if has_codes(op):
-        return function(op, body(op, "dispatch(TARGET, ARGS, fp4_dtype)"), namespace, (("fp4_dtype", "False"),),
-                        module="fp4q.torch")
-    return function(op, body(op, "dispatch(TARGET, ARGS, False)"), namespace, module="fp4q.torch")
+        return function(op, first + body(op, "dispatch(TARGET, ARGS, fp4_dtype)"), namespace,
+                        (("fp4_dtype", "False"),), module="fp4q.torch")
+    return function(op, first + body(op, "dispatch(TARGET, ARGS, False)"), namespace, module="fp4q.torch")
 
 
 _FUNCTIONS = {op.name: _wrapper(op) for op in OPS}
