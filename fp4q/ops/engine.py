@@ -171,9 +171,20 @@ def runner_source(op: Op) -> str:
         lines += [f"    c{counted} = as_operand(a{counted}, {names[counted]!r})",
                   f"    experts = expert_count(c{counted}, {names[counted]!r})"]
         experts = ", experts"
+    # The stored plan, looked up here; plan_for where there is none, the config is another or an
+    # option's type may break its rule.
+    plain = "".join(f" or (o{i} is not None and type(o{i}) is not str and type(o{i}) is not float)"
+                    for i in range(len(op.options)))
     lines += [
-        "    plan = plan_for(OP, main, options, config, (OP, shape, obj.stride() if is_torch else obj.strides, "
-        f"is_torch, dtype, device, options{experts}, id(config)){experts})",
+        "    key = (OP, shape, obj.stride() if is_torch else obj.strides, "
+        f"is_torch, dtype, device, options{experts}, id(config))",
+        *([f"    {unpacked([f'o{i}' for i in range(len(op.options))])} = options"] if op.options else []),
+        "    try:",
+        "        plan = PLANS_GET(key)",
+        "    except TypeError:  # an unhashable option: plan_for names its rule",
+        "        plan = None",
+        f"    if plan is None or plan.config is not config{plain}:",
+        f"        plan = plan_for(OP, main, options, config, key{experts})",
         "    if p0 & plan.align_mask:  # the test is inline, the rule and its message are not",
         f"        check_element_aligned(p0, dtype, {op.main.name!r})",
     ]
@@ -326,7 +337,7 @@ def not_written(op: Op, name: str, when: str) -> None:
 
 
 # The names a runner's source uses besides OP.
-_RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, check_element_aligned=check_element_aligned,
+_RUNNER_NAMES = dict(as_operand=as_operand, plan_for=plan_for, PLANS_GET=plans.get, check_element_aligned=check_element_aligned,
                      check_operand=check_operand, check_pdl=check_pdl, tensor_scale=tensor_scale,
                      expert_count=expert_count, expert_scales=expert_scales,
                      stream_handle=stream_handle, not_dynamic=not_dynamic, DYNAMIC=DYNAMIC,
