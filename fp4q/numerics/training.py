@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import e2m1_decode, e2m1_encode, input_float32, pack_nibbles, round_to
+from .formats import GROUP_SIZE, e2m1_decode, e2m1_encode, input_float32, pack_nibbles, round_to
 from .groups import (
     SF_LAYOUTS,
     group_amax,
@@ -40,7 +40,7 @@ from .stochastic import cvt_rs_random_bytes, e2m1_round_stochastic
 
 __all__ = ["NVFP4TrainingQuantized", "quantize_nvfp4_training", "fake_quantize_nvfp4"]
 
-GROUP = 16
+GROUP = GROUP_SIZE["nvfp4"]
 R4 = np.float32(0.25)  # maps a group's amax to 4, as R6 maps it to 6
 DYNAMIC = "dynamic"
 # The dynamic tensor scale is NUMERATOR / amax: 448 * 6 (global_scale), or 256 * 6 under
@@ -180,17 +180,26 @@ def _quantize_rows(values: np.ndarray, tsf: np.float32, *, block_2d: bool, rbyte
     return codes.reshape(r, c), sf.reshape(r, c // GROUP)
 
 
-def _check_options(m: int, block_2d: bool, hadamard, why: str):
-    """Validates the rules every quantizer here shares; returns the sign mask or None."""
-    if block_2d and m % GROUP:
-        raise ValueError(f"block_2d=True needs M (x's rows, leading dimensions flattened) to be "
-                         f"a multiple of 16, got M={m}")
-    if hadamard is None:
-        return None
-    mask = require_sign_mask(hadamard, "hadamard")
-    if block_2d:
+def check_combination(m: int, *, block_2d: bool, hadamard, rowwise: bool = True, columnwise: bool | None = None) -> None:
+    """NVFP4_SPEC.md's "Combinations" on ``M`` (``x``'s rows, leading dimensions flattened), the
+    directions and the Hadamard transform: the rules of the training quantizer (``columnwise`` a
+    bool) and of fake quantization (``columnwise`` None: one direction, along K), here and in
+    the ops alike."""
+    if columnwise is not None and not (rowwise or columnwise):
+        raise ValueError("rowwise and columnwise are both False: at least one direction must be asked for")
+    for option, on in (("columnwise", columnwise), ("block_2d", block_2d)):
+        if on and m % GROUP:
+            raise ValueError(f"{option}=True needs M (x's rows, leading dimensions flattened) to be a multiple of "
+                             f"16, got M={m}")
+    if hadamard is not None and block_2d:
+        why = ("the transform mixes the values of a group along K, which 16x16 blocks do not follow"
+               if columnwise is None else
+               "the transform would make the columnwise output differ from the transposed rowwise one that 2D "
+               "blocks guarantee")
         raise ValueError(f"hadamard={hadamard!r} cannot be combined with block_2d=True: {why}")
-    return mask
+    if hadamard is not None and columnwise is False:
+        raise ValueError(f"hadamard={hadamard!r} needs columnwise=True: the transform applies to the columnwise "
+                         "direction only")
 
 
 def quantize_nvfp4_training(x, tensor_sf, *, rowwise=True, columnwise=True, columnwise_tensor_sf=None,
@@ -223,16 +232,8 @@ def quantize_nvfp4_training(x, tensor_sf, *, rowwise=True, columnwise=True, colu
     seed = require_u64(seed, "seed")
     offset = require_u64(offset, "offset")
     require_choice(sf_layout, "sf_layout", SF_LAYOUTS)
-    if not (rowwise or columnwise):
-        raise ValueError("rowwise and columnwise are both False: at least one direction must be asked for")
-    if columnwise and m % GROUP:
-        raise ValueError(f"columnwise=True needs M (x's rows, leading dimensions flattened) to be "
-                         f"a multiple of 16, got M={m}")
-    mask = _check_options(m, block_2d, hadamard, "the transform would make the columnwise "
-                          "output differ from the transposed rowwise one that 2D blocks guarantee")
-    if mask is not None and not columnwise:
-        raise ValueError(f"hadamard={hadamard!r} needs columnwise=True: the transform applies to "
-                         "the columnwise direction only")
+    mask = None if hadamard is None else require_sign_mask(hadamard, "hadamard")
+    check_combination(m, block_2d=block_2d, hadamard=hadamard, rowwise=rowwise, columnwise=columnwise)
     spec = _tensor_sf_spec(tensor_sf, "tensor_sf")
     if columnwise_tensor_sf is None:
         spec_t = spec
@@ -299,8 +300,8 @@ def fake_quantize_nvfp4(x, tensor_sf, *, block_2d=False, stochastic=False, seed=
     four_over_six = _require_bool(four_over_six, "four_over_six")
     seed = require_u64(seed, "seed")
     offset = require_u64(offset, "offset")
-    mask = _check_options(m, block_2d, hadamard, "the transform mixes the values of a group "
-                          "along K, which 16x16 blocks do not follow")
+    mask = None if hadamard is None else require_sign_mask(hadamard, "hadamard")
+    check_combination(m, block_2d=block_2d, hadamard=hadamard)
     spec = _tensor_sf_spec(tensor_sf, "tensor_sf")
 
     values = xf.reshape(m, k)

@@ -9,13 +9,13 @@ from ..jit.loader import get_kernel
 from ..kernels.fake_quantize import FakeQuantizeConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
+from ..numerics.training import GROUP, check_combination
 from .declare import DYNAMIC, Array, Geometry, Op, TensorScale
 from .options import Flag, Integer, PerCall
 from .global_scale import X, scale_pass
 from .plans import NO_LAUNCH, KernelLaunch
 from .rows import alignment_obstacle
 
-GROUP = 16
 
 
 def _launch(cfg: FakeQuantizeConfig, plan, dev, slots) -> KernelLaunch:
@@ -92,14 +92,9 @@ class FakeQuantizeKernels:
         return _launch(cfg, plan, dev, plan.op.slots)
 
 
-def check_combination(g: Geometry) -> None:
+def rules(g: Geometry) -> None:
     """The spec's refusals: 2D blocks need whole blocks of rows, and take no Hadamard transform."""
-    if g.options["block_2d"] and g.view.rows % GROUP:
-        raise ValueError(f"block_2d=True needs M (x's rows, leading dimensions flattened) to be a multiple of 16, "
-                         f"got M={g.view.rows}")
-    if g.options["block_2d"] and g.options["hadamard"] is not None:
-        raise ValueError(f"hadamard={g.options['hadamard']!r} cannot be combined with block_2d=True: the transform "
-                         "mixes the values of a group along K, which 16x16 blocks do not follow")
+    check_combination(g.view.rows, block_2d=g.options["block_2d"], hadamard=g.options["hadamard"])
 
 
 FAKE_QUANTIZE_NVFP4 = Op(
@@ -135,5 +130,5 @@ transformed back after, to simulate the columnwise operand of ``x.T``; not with
               PerCall("offset", doc="the stochastic rounding's Philox counter base, an int in ``[0, 2**64)``: a new "
                                     "one per call")),
     kernels=FakeQuantizeKernels(),
-    rules=check_combination,
+    rules=rules,
 )

@@ -25,6 +25,7 @@ from ..jit.loader import get_kernel
 from ..kernels.training import HadamardAmaxConfig, TrainingConfig
 from ..kernels.walk import unit_divisor
 from ..numerics.hadamard import TE_WGRAD_SIGN_MASK
+from ..numerics.training import GROUP, check_combination
 from .declare import DYNAMIC, SAME_SCALE, Array, Geometry, Op, TensorScale
 from .options import Flag, Integer, PerCall
 from .global_scale import X, ScaleLaunch, scale_pass
@@ -32,7 +33,6 @@ from .plans import KernelLaunch
 from .quantize import OUT, SF_LAYOUT
 from .rows import alignment_obstacle
 
-GROUP = 16
 # The values' indices of the two scale pointers (the op's slots: x, four outputs, the scales' pairs).
 SCALE_PTR, SCALE_PTR_T = 6, 8
 
@@ -70,19 +70,9 @@ def result(q, sf, q_t, sf_t, tensor_sf, tensor_sf_t) -> TrainingQuantized:
 
 def rules(g: Geometry) -> None:
     """The spec's "Combinations" on the directions, M and the Hadamard transform."""
-    rows, hadamard = g.view.rows, g.options["hadamard"]
-    if not (g.options["rowwise"] or g.options["columnwise"]):
-        raise ValueError("rowwise and columnwise are both False: at least one direction must be asked for")
-    for option in ("columnwise", "block_2d"):
-        if g.options[option] and rows % GROUP:
-            raise ValueError(f"{option}=True needs M (x's rows, leading dimensions flattened) to be a multiple of "
-                             f"16, got M={rows}")
-    if hadamard is not None and g.options["block_2d"]:
-        raise ValueError(f"hadamard={hadamard!r} cannot be combined with block_2d=True: the transform would make the "
-                         "columnwise output differ from the transposed rowwise one that 2D blocks guarantee")
-    if hadamard is not None and not g.options["columnwise"]:
-        raise ValueError(f"hadamard={hadamard!r} needs columnwise=True: the transform applies to the columnwise "
-                         "direction only")
+    options = g.options
+    check_combination(g.view.rows, block_2d=options["block_2d"], hadamard=options["hadamard"],
+                      rowwise=options["rowwise"], columnwise=options["columnwise"])
 
 
 class HadamardScales:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-GROUP = 16
+from ..numerics.training import GROUP
 
 
 def saturated(x: torch.Tensor, y: torch.Tensor, block_2d: bool) -> torch.Tensor:
