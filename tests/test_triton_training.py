@@ -9,11 +9,6 @@ never reach a launch, so they are checked here; and each tile compiles for sm_90
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -23,27 +18,17 @@ pytest.importorskip("triton", exc_type=ModuleNotFoundError)
 torch = pytest.importorskip("torch", exc_type=ModuleNotFoundError)
 
 from scripts.bench import triton_training  # noqa: E402 - the kernel runs in the child
-from test_bench_triton import ROOT, TSFS, adversarial, bf16_normal  # noqa: E402 - the same inputs
+from test_bench_triton import CHILD_START, TSFS, adversarial, bf16_normal, interpret  # noqa: E402
 
-CHILD = """
-import json, sys
-import numpy as np
-import torch
-from scripts.bench import triton_training as tt
-
-if tt.triton is None:
-    print(json.dumps(dict(skip="triton does not import: " + tt.TRITON_STATUS)))
-    sys.exit(0)
-inputs = np.load(sys.argv[1])
-cases = json.loads(open(sys.argv[2]).read())
+CHILD = CHILD_START.format(module="triton_training") + """
 out = {}
 with np.errstate(all="ignore"):  # the interpreter evaluates both sides of every where()
     for name, (tsf, config) in cases.items():
         x = torch.from_numpy(inputs[name].view(np.int16)).view(torch.bfloat16)
-        got = tt.outputs(torch, x)
+        got = kernel.outputs(torch, x)
         for t in got:
             t.fill_(0xAB)
-        tt.quantize_training(x, torch.tensor(np.float32(tsf)), *got, tuple(config))
+        kernel.quantize_training(x, torch.tensor(np.float32(tsf)), *got, tuple(config))
         for field, t in zip(("q", "sf", "q_t", "sf_t"), got):
             out[field + "_" + name] = t.numpy()
 np.savez(sys.argv[3], **out)
@@ -85,20 +70,9 @@ def cases() -> dict[str, tuple[np.ndarray, float, tuple]]:
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
     """{"cases": name -> (x, tsf, config), field + "_" + name -> output}: one child run."""
-    tmp = tmp_path_factory.mktemp("triton-training")
     all_cases = cases()
-    np.savez(tmp / "in.npz", **{name: x for name, (x, _, _) in all_cases.items()})
-    (tmp / "cases.json").write_text(json.dumps({n: (tsf, list(c)) for n, (_, tsf, c) in all_cases.items()}))
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp / "in.npz"), str(tmp / "cases.json"),
-                           str(tmp / "out.npz")], capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        pytest.fail(f"the interpreted kernel's process failed:\n{proc.stderr.strip()[-2000:]}")
-    status = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "skip" in status:
-        pytest.skip(status["skip"])
-    return dict(cases=all_cases, **dict(np.load(tmp / "out.npz")))
+    _, outputs = interpret(tmp_path_factory.mktemp("triton-training"), CHILD, all_cases)
+    return dict(cases=all_cases, **outputs)
 
 
 def assert_exact(interpreted, name):
@@ -201,5 +175,6 @@ def test_the_kernel_compiles_for_hopper_without_a_gpu(i):
     constexprs = {(names.index(n),): v for n, v in dict(BLOCK_M=block_m, BLOCK_K=block_k, VEC=vec,
                                                         EVEN=bool(i % 2)).items()}
     source = ASTSource(fn=kernel, signature=dict(zip(names, types)), constexprs=constexprs)
-    compiled = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "enable_fp_fusion": False})
+    options = {"num_warps": warps, "enable_fp_fusion": False}  # as quantize_training launches it
+    compiled = compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     assert compiled.asm["cubin"][:4] == b"\x7fELF"
