@@ -18,8 +18,9 @@ The layout: Triton gives each thread VEC consecutive words (the load's vector) o
 rows of the tile, spreading the tile's rows over the threads round-robin. Tile row t is
 x's row 16 * (t % G_T) + t // G_T (G_T = BLOCK_M / 16 columnwise groups), so that a
 thread's rows belong to one columnwise group: where the threads along the rows number
-G_T (CONFIGS), a columnwise group is reduced, scaled and packed inside one thread, and
-only the rowwise groups (8 words of a row: 8 / VEC threads) need shuffles. Codes and
+G_T (most of CONFIGS; in the others, twice that, a group spans two warps), a columnwise
+group is reduced, scaled and packed inside one thread, and only the rowwise groups (8
+words of a row: 8 / VEC threads) need shuffles. Codes and
 scales are stored as int32 words; the grid covers both padded scale tensors (x's rows
 and columns up to multiples of 128), whose padding gets 0x00 from the same code; where
 nothing reaches outside the tensors (EVEN) there are no masks.
