@@ -30,32 +30,37 @@ from scripts.bench import bench_triton  # noqa: E402 - for its tile list; the ke
 ROOT = pathlib.Path(bench_triton.__file__).resolve().parents[2]
 TSFS = (1.0, float(np.float32(0.3)), 1024.0, 2.0**-15, 2.0**20)
 
-CHILD = """
+# The start of a child running a kernel module of scripts/bench as `kernel`: it says where triton does not
+# import, and reads the inputs (argv[1], .npz) and the cases (argv[2], JSON: name -> (tsf, config)).
+CHILD_START = """
 import json, sys
 import numpy as np
 import torch
-from scripts.bench import bench_triton as bt
+from scripts.bench import {module} as kernel
 
-if bt.triton is None:
-    print(json.dumps(dict(skip="triton does not import: " + bt.TRITON_STATUS)))
+if kernel.triton is None:
+    print(json.dumps(dict(skip="triton does not import: " + kernel.TRITON_STATUS)))
     sys.exit(0)
 inputs = np.load(sys.argv[1])
 cases = json.loads(open(sys.argv[2]).read())
+"""
+
+CHILD = CHILD_START.format(module="bench_triton") + """
 out = {}
 with np.errstate(all="ignore"):  # the interpreter evaluates both sides of every where()
     for name, (tsf, config) in cases.items():
         x = torch.from_numpy(inputs[name].view(np.int16)).view(torch.bfloat16)
-        q, sf = bt.outputs(torch, x)
+        q, sf = kernel.outputs(torch, x)
         q.fill_(0xAB)
         sf.fill_(0xAB)
-        bt.quantize(x, torch.tensor(np.float32(tsf)), q, sf, tuple(config))
+        kernel.quantize(x, torch.tensor(np.float32(tsf)), q, sf, tuple(config))
         out["q_" + name], out["sf_" + name] = q.numpy(), sf.numpy()
     refused = []
     x = torch.zeros((4, 64), dtype=torch.bfloat16)
-    q, sf = bt.outputs(torch, x)
+    q, sf = kernel.outputs(torch, x)
     for args in ((x, torch.tensor(1.0), q, sf, (1, 32, 1)), (x, torch.tensor(1.0), q[:2], sf, (1, 64, 1))):
         try:
-            bt.quantize(*args)
+            kernel.quantize(*args)
         except ValueError:
             refused.append(True)
         else:
@@ -122,23 +127,29 @@ def cases(configs) -> dict[str, tuple[np.ndarray, float, tuple]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def interpreted(tmp_path_factory):
-    """{"cases": name -> (x, tsf, config), "q_"/"sf_" + name -> outputs, "refused": [...]}: one child run."""
-    tmp = tmp_path_factory.mktemp("bench-triton")
-    all_cases = cases(bench_triton.CONFIGS)
+def interpret(tmp: pathlib.Path, child: str, all_cases: dict) -> tuple[dict, dict]:
+    """Runs ``child`` (CHILD_START and its body, which saves its outputs to argv[3]) with
+    TRITON_INTERPRET=1 on ``all_cases`` (name -> (x, tsf, config)): its last line's JSON and the
+    outputs; skips where triton does not import there, fails where the child does."""
     np.savez(tmp / "in.npz", **{name: x for name, (x, _, _) in all_cases.items()})
     (tmp / "cases.json").write_text(json.dumps({n: (tsf, list(c)) for n, (_, tsf, c) in all_cases.items()}))
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp / "in.npz"), str(tmp / "cases.json"),
+    proc = subprocess.run([sys.executable, "-c", child, str(tmp / "in.npz"), str(tmp / "cases.json"),
                            str(tmp / "out.npz")], capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
         pytest.fail(f"the interpreted kernel's process failed:\n{proc.stderr.strip()[-2000:]}")
     status = json.loads(proc.stdout.strip().splitlines()[-1])
     if "skip" in status:
         pytest.skip(status["skip"])
-    outputs = dict(np.load(tmp / "out.npz"))
+    return status, dict(np.load(tmp / "out.npz"))
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    """{"cases": name -> (x, tsf, config), "q_"/"sf_" + name -> outputs, "refused": [...]}: one child run."""
+    all_cases = cases(bench_triton.CONFIGS)
+    status, outputs = interpret(tmp_path_factory.mktemp("bench-triton"), CHILD, all_cases)
     return dict(cases=all_cases, refused=status["refused"], **outputs)
 
 

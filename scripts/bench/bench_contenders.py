@@ -185,23 +185,35 @@ def bench_triton(env, case: Case) -> Row:
     return Row(name, chosen.median_us, chosen.min_us, exact=best["exact"], note=note, extra=dict(tiles=tiles))
 
 
-def bench_torchao(env, case: Case) -> Row:
-    name = "torchao NVFP4Tensor.to_nvfp4"
-    if env.torch is None:
-        return Row(name, status=f"needs torch: {env.torch_status}")
+def torchao_nvfp4() -> tuple:
+    """(torchao's NVFP4Tensor, torchao's version), or (None, why there is none)."""
     try:
         import torchao
     except ModuleNotFoundError:
-        return Row(name, status="not installed")
+        return None, "not installed"
     except Exception as exc:  # noqa: BLE001
-        return Row(name, status=f"import failed: {type(exc).__name__}: {exc}")
+        return None, f"import failed: {type(exc).__name__}: {exc}"
     version = getattr(torchao, "__version__", "?")
     try:
         from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
     except Exception as exc:  # noqa: BLE001
-        return Row(name, status=f"torchao {version} has no NVFP4Tensor: {type(exc).__name__}: {exc}")
-    # torchao's per-tensor scale is amax / (6 * 448): the reciprocal of the spec's tensor_sf.
-    per_tensor_scale = (1.0 / case.tsf_t).reshape(())
+        return None, f"torchao {version} has no NVFP4Tensor: {type(exc).__name__}: {exc}"
+    return NVFP4Tensor, version
+
+
+def torchao_scale(tsf_t):
+    """torchao's per-tensor scale, amax / (6 * 448): the reciprocal of the spec's tensor_sf (0-d)."""
+    return (1.0 / tsf_t).reshape(())
+
+
+def bench_torchao(env, case: Case) -> Row:
+    name = "torchao NVFP4Tensor.to_nvfp4"
+    if env.torch is None:
+        return Row(name, status=f"needs torch: {env.torch_status}")
+    NVFP4Tensor, version = torchao_nvfp4()
+    if NVFP4Tensor is None:
+        return Row(name, status=version)
+    per_tensor_scale = torchao_scale(case.tsf_t)
 
     def run():
         return NVFP4Tensor.to_nvfp4(case.xt, per_tensor_scale=per_tensor_scale)

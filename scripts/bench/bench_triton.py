@@ -139,18 +139,65 @@ if triton is not None:
         return code | tl.where(negative, 8, 0)
 
     @triton.jit
-    def _amax(u):
-        """The NaN-dropping amax (float32) of each group of u (uint32 words, bf16 pairs; groups on
-        axes 0 and 1). A magnitude m (15 bits) becomes (m + 0x7F) mod 2**15 in the top 15 bits:
-        numbers 0..0x7F80 keep their order as 0x7F..0x7FFF and the NaNs 0x7F81..0x7FFF wrap to
-        0..0x7E, below every number; an all-NaN group gives amax 0. The low element's key is
-        u * 2**17 + 0x7F * 2**17, the high one's u * 2 + 0x7F * 2**17 (its low 17 bits, the low
-        element's bits, stay below the compared field and never carry into it)."""
-        lo_key = u * 131072 + 0xFE0000
-        hi_key = u * 2 + 0xFE0000
-        key = tl.max(tl.max(tl.maximum(lo_key, hi_key), axis=3), axis=2) >> 17
+    def _amax_keys(u):
+        """Order keys of the two bf16 halves of each word of u (uint32): a magnitude m (15 bits)
+        becomes (m + 0x7F) mod 2**15 in the top 15 bits, so that numbers 0..0x7F80 keep their
+        order as 0x7F..0x7FFF and the NaNs 0x7F81..0x7FFF wrap to 0..0x7E, below every number.
+        The low element's key is u * 2**17 + 0x7F * 2**17, the high one's u * 2 + 0x7F * 2**17
+        (its low 17 bits, the low element's bits, stay below the compared field and never carry
+        into it)."""
+        return u * 131072 + 0xFE0000, u * 2 + 0xFE0000
+
+    @triton.jit
+    def _key_amax(key):
+        """The float32 amax of a group from the largest of its _amax_keys: an all-NaN group gives 0."""
+        key = key >> 17
         magnitude = tl.where(key >= 0x7F, key - 0x7F, 0)
         return (magnitude << 16).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _amax(u):
+        """The NaN-dropping amax (float32) of each group of u (uint32 words, bf16 pairs; groups on
+        axes 0 and 1)."""
+        lo_key, hi_key = _amax_keys(u)
+        return _key_amax(tl.max(tl.max(tl.maximum(lo_key, hi_key), axis=3), axis=2))
+
+    @triton.jit
+    def _scales(amax, tsf, r):
+        """(e4m3 code, inv) of groups of amax under tensor_sf tsf, r = 1 / tsf: the spec's steps 3-5."""
+        s = tsf * (amax * 0.1666666716337204)  # float32(1/6) exactly; two roundings in this order
+        sf_code, sf_val = _e4m3(s)
+        d = sf_val * r
+        return sf_code, tl.where(d == 0.0, 0.0, tl.div_rn(tl.full(d.shape, 1.0, tl.float32), d))
+
+    @triton.jit
+    def _halves(u):
+        """The float32 values of the low and high bf16 halves of uint32 words u."""
+        return (u << 16).to(tl.float32, bitcast=True), (u & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _quantize_groups(u, amax, tsf, r):
+        """(scale codes (R, G), q words (R, G, 2) int32) of u (R, G, 2, 4): uint32 words of bf16 pairs,
+        a group of 16 on axes 2 and 3, amax = _amax(u), under tensor_sf tsf, r = 1 / tsf."""
+        sf_code, inv = _scales(amax, tsf, r)
+        inv = inv[:, :, None, None]
+        x_lo, x_hi = _halves(u)
+        byte = _e2m1(x_lo * inv) | (_e2m1(x_hi * inv) << 4)  # word i of the row: q's byte i
+        # Four bytes of codes (eight elements, disjoint bits) as one int32 of q.
+        return sf_code, tl.sum(byte << (tl.arange(0, 4) * 8)[None, None, None, :], axis=3)
+
+    @triton.jit
+    def _scale_words(sf_code, ROWS: tl.constexpr, WORDS: tl.constexpr):
+        """Scale bytes (ROWS, 4 * WORDS) as int32 words (ROWS, WORDS): four groups of a row, the first lowest."""
+        shifts = tl.arange(0, 4) * 8
+        return tl.sum(tl.reshape(sf_code, (ROWS, WORDS, 4)) << shifts[None, None, :], axis=2)
+
+    @triton.jit
+    def _swizzled_words(rows, tiles, GW):
+        """Word offsets (rows x tiles) of the swizzled scales: row rows' four scales in 128x4 tile
+        column tiles, GW tile columns (scale words per row)."""
+        return (((rows // 128) * GW).to(tl.int64)[:, None] + tiles[None, :]) * 128 \
+            + ((rows % 32) * 4 + (rows % 128) // 32)[:, None]
 
     @triton.jit
     def _nvfp4_kernel(xw_ptr, qw_ptr, sfw_ptr, tsf_ptr, M, K, M_pad,
@@ -175,17 +222,7 @@ if triton is not None:
         amax = _amax(u)
 
         tsf = tl.load(tsf_ptr)
-        r = tl.div_rn(1.0, tsf)
-        s = tsf * (amax * 0.1666666716337204)  # float32(1/6) exactly; two roundings in this order
-        sf_code, sf_val = _e4m3(s)
-        d = sf_val * r
-        inv = tl.where(d == 0.0, 0.0, tl.div_rn(tl.full(d.shape, 1.0, tl.float32), d))[:, :, None, None]
-
-        x_lo = (u << 16).to(tl.float32, bitcast=True)
-        x_hi = (u & 0xFFFF0000).to(tl.float32, bitcast=True)
-        byte = _e2m1(x_lo * inv) | (_e2m1(x_hi * inv) << 4)  # word i of the row: q's byte i
-        # Four bytes of codes (eight elements, disjoint bits) as one int32 of q.
-        codes = tl.sum(byte << (word * 8)[None, None, None, :], axis=3)  # (BM, BG, 2)
+        sf_code, codes = _quantize_groups(u, amax, tsf, tl.div_rn(1.0, tsf))
         q_offs = (rows.to(tl.int64) * (K // 8))[:, None, None] + (groups * 2)[None, :, None] + half[None, None, :]
         if EVEN:
             tl.store(qw_ptr + q_offs, codes)
@@ -194,11 +231,9 @@ if triton is not None:
 
         # A row's four scale bytes of a 128x4 tile as one int32, at its swizzled word
         # (byte offset / 4); padding rows and groups get 0x00.
-        sf_code = tl.where(valid, sf_code, 0)
-        sf_words = tl.sum(tl.reshape(sf_code, (BLOCK_M, BG // 4, 4)) << (word * 8)[None, None, :], axis=2)
+        sf_words = _scale_words(tl.where(valid, sf_code, 0), BLOCK_M, BG // 4)
         tiles = pid_g * (BG // 4) + tl.arange(0, BG // 4)
-        sf_offs = (((rows // 128) * GW).to(tl.int64)[:, None] + tiles[None, :]) * 128 \
-            + ((rows % 32) * 4 + (rows % 128) // 32)[:, None]
+        sf_offs = _swizzled_words(rows, tiles, GW)
         if EVEN:
             tl.store(sfw_ptr + sf_offs, sf_words)
         else:
