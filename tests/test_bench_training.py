@@ -51,7 +51,7 @@ def test_a_status_keeps_the_table_columns():
 
 
 def test_without_torch_every_contender_says_so(monkeypatch):
-    monkeypatch.setattr(bench_training, "_import_torch", lambda: (None, "not installed"))
+    monkeypatch.setattr(bench_training, "import_torch", lambda: (None, "not installed"))
     results = bench_training.contenders(None, 1.0, None, reps=1)
     assert results == {name: dict(status="needs torch: not installed") for name in bench_training.CONTENDERS}
 

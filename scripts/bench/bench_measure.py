@@ -56,7 +56,7 @@ class Env:
         self.cp, self.fp4q, self.reference = cp, fp4q, reference
         self.problems: list[str] = []  # failures: make the exit status 1
         self.findings: list[str] = []  # honest results worth reading, not failures
-        self.torch, self.torch_status = _import_torch()
+        self.torch, self.torch_status = import_torch()
         from fp4q.cuda.driver import device
 
         self.device = device(cp.cuda.Device().id)
@@ -65,7 +65,7 @@ class Env:
         self._consumer = None
         self.best_tile: dict[tuple[int, int], tuple] = {}
         if self.torch is not None:
-            _align_streams(cp, self.torch)
+            align_streams(cp, self.torch)
 
     def consumer(self):
         if self._consumer is None:
@@ -80,7 +80,7 @@ class Env:
         return f"failed: {msg}"
 
 
-def _import_torch():
+def import_torch():
     try:
         import torch
     except ModuleNotFoundError:
@@ -92,7 +92,7 @@ def _import_torch():
     return torch, "ok"
 
 
-def _align_streams(cp, torch) -> None:
+def align_streams(cp, torch) -> None:
     """Make torch (and so Triton) launch on CuPy's current stream, where the timer's events are."""
     cp_stream = cp.cuda.get_current_stream().ptr
     torch_stream = torch.cuda.current_stream().cuda_stream

@@ -51,7 +51,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `scrip
 from scripts.bench import timing, triton_training  # noqa: E402
 from scripts.bench.bench_contenders import (EAGER_LAUNCHES, make_torch_formula, torchao_nvfp4,  # noqa: E402
                                            torchao_scale)
-from scripts.bench.bench_measure import _align_streams, _import_torch  # noqa: E402
+from scripts.bench.bench_measure import align_streams, import_torch  # noqa: E402
 from scripts.bench.outputs import add_output_options, ints, names, require_names, write_outputs  # noqa: E402
 
 # Block shapes, rounded to nearest or stochastically (_sr), with the columnwise Hadamard transform
@@ -175,10 +175,10 @@ def contenders(x, tensor_sf: float, got, reps: int) -> dict[str, dict]:
 
     import fp4q
 
-    torch, torch_status = _import_torch()
+    torch, torch_status = import_torch()
     if torch is None:
         return {name: dict(status=f"needs torch: {torch_status}") for name in CONTENDERS}
-    _align_streams(cp, torch)
+    align_streams(cp, torch)
     m, k = x.shape
     xt = torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
     tsf_t = torch.tensor(tensor_sf, dtype=torch.float32, device=xt.device)

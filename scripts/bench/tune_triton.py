@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     import fp4q
     from scripts.bench import bench_measure, timing
 
-    bench_measure._align_streams(cp, torch)
+    bench_measure.align_streams(cp, torch)
     shapes, bad = [], []
     for m, k in args.shapes:
         shape = tune_shape(torch, cp, fp4q, timing, m, k, args)
