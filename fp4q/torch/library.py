@@ -215,18 +215,10 @@ class Signature:
 
     def arguments_of(self, inputs: tuple, scale: tuple, buffers: tuple, options: tuple, pdl, fp4_dtype,
                      scalars: tuple = ()) -> tuple:
-        """A call's arguments in the schema's order (``split`` takes them apart), less the
-        trailing ones equal to their defaults (each argument passed costs the dispatcher time at
-        every boundary it crosses); ``scalars``: the columnwise scale where the schema takes one,
-        then the per-call values."""
-        args = (*inputs, *scale, *buffers, *scalars, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
+        """A call's arguments in the schema's order (``split`` takes them apart); ``scalars``:
+        the columnwise scale where the schema takes one, then the per-call values."""
+        return (*inputs, *scale, *buffers, *scalars, *options[:self.lead], pdl, *((fp4_dtype,) if self.fp4 else ()),
                 *options[self.lead:])
-        n, defaults, required = len(args), self.defaults, self.required
-        # The same type and value: a traced SymInt is never compared (that would guard on it).
-        while n > required and type(args[n - 1]) is type(defaults[n - 1 - required]) and \
-                args[n - 1] == defaults[n - 1 - required]:
-            n -= 1
-        return args[:n]
 
     def returned(self, result, main, fp4_dtype: bool):
         """What the registered op returns of an op's ``result`` object: its outputs, one the
