@@ -11,8 +11,8 @@ from ..numerics.groups import require_choice
 from .arrays import NO_TENSOR_SCALE, PTR, as_operand, tensor_scale
 from .declare import Op
 from .dequantize import DEQUANTIZE_MXFP4, DEQUANTIZE_NVFP4
-from .engine import plan_of, runner
-from .entry import body, function
+from .engine import compiled, plan_of, runner, runner_source
+from .entry import docstring, public_head
 from .fake_quantize import FAKE_QUANTIZE_NVFP4
 from .experts import (QUANTIZE_NVFP4_BATCHED, QUANTIZE_NVFP4_EXPERTS, SILU_AND_MUL_QUANTIZE_NVFP4_BATCHED,
                       SILU_AND_MUL_QUANTIZE_NVFP4_EXPERTS)
@@ -34,9 +34,11 @@ ALL_OPS: tuple[Op, ...] = OPS + tuple(op.with_input[1] for op in OPS if op.with_
 
 
 def _function(op: Op):
+    """``op``'s function, written as its call path (``entry.public_head``)."""
     other = op.with_input[1] if op.with_input is not None else op
-    return function(op, body(op, "TARGET(ARGS, ALLOCATE)"),
-                    {"RUN": runner(op), "RUN_WITH": runner(other), "ALLOCATE": cupy_outputs})
+    fn = compiled(op, runner_source(op, public_head(op)), op.name, {"RUN_WITH": runner(other), "ALLOCATE": cupy_outputs})
+    fn.__doc__, fn.__module__ = docstring(op), "fp4q"
+    return fn
 
 
 _FUNCTIONS = {op.name: _function(op) for op in OPS}

@@ -136,31 +136,41 @@ def runner(op: Op) -> Callable:
     """``op``'s call path as one function (``run`` without the op), compiled from
     ``runner_source(op)`` on first use."""
     found = _runners.get(op)
-    if found is not None:
-        return found
-    source = runner_source(op)
-    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, PER_CALL=op.per_call, __name__=__name__)
+    if found is None:
+        found = _runners[op] = compiled(op, runner_source(op), "run", {})
+    return found
+
+
+def compiled(op: Op, source: str, name: str, namespace: dict) -> Callable:
+    """Function ``name`` of ``source`` (``runner_source(op, ...)``), with the call path's names and
+    ``namespace``'s."""
+    scope: dict[str, Any] = dict(_RUNNER_NAMES, OP=op, PER_CALL=op.per_call, __name__=__name__, **namespace)
     exec(compile(source, f"<fp4q.ops.engine: {op.name}>", "exec"), scope)
-    fn = scope["run"]
+    fn = scope[name]
     fn.__source__ = source
-    _runners[op] = fn
     return fn
 
 
-def runner_source(op: Op) -> str:
+RUN_HEAD = "def run(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate):"
+
+
+def runner_source(op: Op, head: list[str] | None = None) -> str:
     """The source of ``op``'s call path: ``run``'s steps written out for its arrays (a
     repeated call costs a few host microseconds, and loops over one or two arrays would
     be a good part of them). Arrays: ``a`` the arguments, ``p`` the pointers; the main
     input is ``a0``/``p0``, further inputs ``a1``..., outputs ``b1``... (buffers, spec
-    ``o1``..., results ``r1``...)."""
+    ``o1``..., results ``r1``...). ``head``: the lines before the steps, which bind their
+    names (``a0``..., the scalars, ``options``, ``buffers``, ``stream``, ``config``, ``pdl``,
+    ``allocate``); default, ``run``'s parameters (``RUN_HEAD``) taken apart."""
     ins, outs = op.inputs, [o for o in op.outputs if not o.late]
     names = [op.main.name, *(a.name for a in ins)]
     ptrs = [f"p{i}" for i in range(len(names))] + [f"q{j}" for j in range(1, len(outs) + 1)]
     buffers = [f"b{op.outputs.index(o) + 1}" if op.out_keywords else "_" for o in outs]
+    if head is None:
+        head = [RUN_HEAD, f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
+                *([f"    {', '.join(op.scalars)} = tensor_sf"] if len(op.scalars) > 1 else [])]
     lines = [
-        "def run(inputs, tensor_sf, options, buffers, stream, config, pdl, allocate):",
-        f"    {unpacked([f'a{i}' for i in range(len(names))])} = inputs",
-        *([f"    {', '.join(op.scalars)} = tensor_sf"] if len(op.scalars) > 1 else []),
+        *head,
         f"    main = as_operand(a0, {op.main.name!r})",
         "    obj, p0, shape, dtype, device, is_torch = main",
     ]

@@ -78,6 +78,26 @@ def body(op: Op, call: str) -> str:
     return "\n".join(lines + ["    return " + call.replace("TARGET", "RUN")]) + "\n"
 
 
+def public_head(op: Op) -> list[str]:
+    """The first lines of ``op``'s CuPy function when it is written as the call path itself
+    (``engine.runner_source(op, public_head(op))``: a call costs no second function): its
+    signature; where the caller gives ``with_input``, the other op's call (``RUN_WITH``, with
+    ``ALLOCATE``); then the names the call path's steps read, bound to the arguments (a scalar
+    is its own argument already, and ``tensor_sf`` where the op has none is never read)."""
+    lines = [f"def {op.name}({signature(op)}):"]
+    if op.with_input is not None:
+        array, other = op.with_input
+        lines += [f"    if {array.name} is not None:", f"        return RUN_WITH({grouped_arguments(other)}, ALLOCATE)"]
+    names = [op.main.name, *(a.name for a in op.inputs)]
+    outputs = "".join(f"{o.name}, " for o in op.outputs) if op.out_keywords else "None, " * len(op.outputs)
+    lines += [f"    {', '.join(f'a{i}' for i in range(len(names)))} = {', '.join(names)}",
+              f"    options = ({''.join(f'{c.name}, ' for c in op.options)})",
+              f"    buffers = ({outputs})",
+              *([] if op.configurable else ["    config = None"]),
+              "    allocate = ALLOCATE"]
+    return lines
+
+
 def docstring(op: Op) -> str:
     lines = [op.summary, "", op.doc, "", "Arguments:"]
     lines += [f"    ``{name}``: {doc}" for name, _, doc in parameters(op) if doc]
