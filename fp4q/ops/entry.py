@@ -1,9 +1,10 @@
 """Each op's Python function, written from its declaration: the signature (main and
 further inputs and the tensor scale positional, then keyword-only options with their
 defaults, output buffers, ``stream``, ``config`` and ``pdl``), a docstring listing the
-arguments, and a body that hands them, grouped, to a call path (``engine.runner(op)``
-for the CuPy API; ``fp4q.torch`` writes its own bodies). Written as source and compiled,
-so that a call binds its arguments as fast as a hand-written function does."""
+arguments, and a body: for the CuPy API the op's call path itself, after the lines
+``public_head`` writes; ``fp4q.torch`` writes its own bodies (``body``). Written as
+source and compiled, so that a call binds its arguments as fast as a hand-written
+function does."""
 
 from __future__ import annotations
 
