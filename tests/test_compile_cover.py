@@ -32,3 +32,30 @@ def test_a_folder_without_nvrtc_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compile_cover.main(["--nvrtc", str(tmp_path)])
     assert f"--nvrtc must be a folder with libnvrtc.so.13 and libnvrtc-builtins.so.13.*, got {tmp_path}" in capsys.readouterr().err
+
+
+def test_the_shards_split_the_covering_set_between_them():
+    archs = sorted(ARCHS)
+    work = compile_cover.covering_work(archs)
+    names = [(arch, name) for arch, _, name, _ in work]
+    assert len(set(names)) == len(names)
+    for arch in archs:  # each target's covering set, in full
+        by_template = defaultdict(list)
+        for name, cfg in all_variants(arch).items():
+            by_template[cfg.spec.template].append((name, cfg.spec))
+        want = {name for specs in by_template.values() for name in compile_cover.covering(specs)}
+        assert {name for a, name in names if a == arch} == want
+    shards = [work[k::3] for k in range(3)]
+    assert sorted(map(repr, sum(shards, []))) == sorted(map(repr, work))
+
+
+@pytest.mark.parametrize("text, want", [("0/1", (0, 1)), ("1/2", (1, 2)), ("3/4", (3, 4))])
+def test_shard_values(text, want):
+    assert compile_cover.shard(text) == want
+
+
+@pytest.mark.parametrize("text", ["2/2", "1", "1/-2", "a/b", "1/0"])
+def test_bad_shards_are_refused(text, capsys):
+    with pytest.raises(SystemExit):
+        compile_cover.main(["--nvrtc", "/nonexistent", "--shard", text])
+    assert f"argument --shard: must be K/N with 0 <= K < N, got {text!r}" in capsys.readouterr().err
